@@ -1,0 +1,76 @@
+"""dlprof: profiling and tracing for deep-learning programs.
+
+    import dlprof
+
+    with dlprof.profile(out="runs/mine", schedule="0,1,1,5") as prof:
+        for batch in loader:
+            with dlprof.region("train_step"):
+                train(batch)
+            prof.step()
+
+    run = dlprof.load("runs/mine")
+    run.slices  # a pandas DataFrame
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
+from dlprof.region import region
+from dlprof.schedule import Schedule
+from dlprof.session import Session, active_session
+from dlprof.store.reader import Run, RunError, load
+
+__all__ = ["Run", "RunError", "Session", "load", "profile", "region", "step"]
+__version__ = "0.1.0"
+
+
+def profile(
+    out: str | os.PathLike[str] | None = None,
+    *,
+    schedule: str | Schedule | None = None,
+    collectors: tuple[str, ...] | list[str] = DEFAULT_COLLECTORS,
+    name: str = "profile",
+    record_shapes: bool = True,
+    profile_memory: bool = True,
+    with_flops: bool = True,
+    with_stack: bool = False,
+) -> Session:
+    """A profiling session for a block of code; use it with ``with``.
+
+    Args:
+        out: the run directory; by default ``./dlprof-runs/<time>-<name>``.
+        schedule: ``"skip_first,wait,warmup,active,repeat"`` or a :class:`Schedule`; by
+            default every step is recorded.
+        collectors: which collectors to run (``torch``, ``layers``, ``host``).
+        name: the run's name.
+        record_shapes: record op input shapes (torch collector).
+        profile_memory: record allocations (torch collector).
+        with_flops: estimate FLOPs of matrix and convolution ops (torch collector).
+        with_stack: record Python stacks of ops (torch collector; costly).
+
+    Returns:
+        The session; call ``.step()`` at the end of each training step.
+    """
+    if isinstance(schedule, str):
+        schedule = Schedule.parse(schedule)
+    config = ProfileConfig(
+        out=Path(out) if out is not None else None,
+        name=name,
+        collectors=tuple(collectors),
+        schedule=schedule,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_flops=with_flops,
+        with_stack=with_stack,
+    )
+    return Session(config)
+
+
+def step() -> None:
+    """End the current step of the active session (no-op when none is active)."""
+    session = active_session()
+    if session is not None:
+        session.step()

@@ -1,0 +1,1 @@
+"""Pure functions over a loaded run: ``Run -> DataFrame``; no printing, no file I/O."""

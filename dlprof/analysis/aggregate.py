@@ -1,0 +1,132 @@
+"""Flat profiles: slices grouped by name (or name and shape), as tfprof's and TAU's tables show.
+
+Pure functions from a loaded run to DataFrames; the views print them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
+from dlprof.store.reader import Run
+
+# The columns of a top table, in order; times in nanoseconds.
+TOP_COLUMNS = [
+    "name",
+    "calls",
+    "total_ns",
+    "self_ns",
+    "self_pct",
+    "cum_pct",
+    "avg_ns",
+    "min_ns",
+    "max_ns",
+    "bytes",
+    "flops",
+]
+DEVICE_COLUMN = "device_ns"
+
+_SORT_COLUMN = {
+    SortKey.MICROS: "total_ns",
+    SortKey.SELF: "self_ns",
+    SortKey.CALLS: "calls",
+    SortKey.BYTES: "bytes",
+    SortKey.FLOPS: "flops",
+    SortKey.DEVICE: DEVICE_COLUMN,
+}
+
+
+def slices_of_kind(run: Run, kind: str, rank: int | None = None) -> pd.DataFrame:
+    """The slices of one kind (of one rank, if given)."""
+    slices = run.slices
+    selected = slices[slices["kind"] == str(kind)]
+    if rank is not None:
+        selected = selected[selected["rank"] == rank]
+    return selected
+
+
+def device_time_by_launcher(run: Run) -> pd.Series:
+    """Device time (kernels, memcpy, memset) per id of the CPU op that launched it.
+
+    A device slice is linked to the runtime call that launched it by correlation id; the call's
+    parent is the op.
+    """
+    slices = run.slices
+    device = slices[slices["kind"].isin([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET])]
+    runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
+    if device.empty or runtime.empty:
+        return pd.Series(dtype="Int64")
+    launches = runtime[["rank", "correlation_id", "parent_id"]].dropna()
+    joined = device[["rank", "correlation_id", "dur_ns"]].merge(
+        launches, on=["rank", "correlation_id"], how="inner"
+    )
+    return joined.groupby("parent_id")["dur_ns"].sum()
+
+
+def top(
+    run: Run,
+    kind: str = Kind.OP,
+    by: SortKey = SortKey.MICROS,
+    group_by: GroupKey = GroupKey.NAME,
+    limit: int | None = 15,
+    rank: int | None = None,
+) -> pd.DataFrame:
+    """Aggregate the slices of one kind into a table, sorted and cut to ``limit`` rows.
+
+    Args:
+        run: the run.
+        kind: which slices (``op``, ``module``, ``region``, ``step``, ``kernel``...).
+        by: what the rows are sorted by, descending.
+        group_by: one row per name, or per (name, input shapes).
+        limit: at most this many rows (None: all).
+        rank: only this rank's slices.
+
+    Returns:
+        One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
+        activity, plus ``input_shapes`` when grouped by shape. Percentages are of the total
+        self time of the kind; ``cum_pct`` accumulates them down the sorted table.
+    """
+    selected = slices_of_kind(run, kind, rank)
+    keys = ["name"] if group_by is GroupKey.NAME else ["name", "input_shapes"]
+    if selected.empty:
+        return pd.DataFrame(columns=TOP_COLUMNS)
+    frame = selected.assign(input_shapes=selected["input_shapes"].fillna(""))
+    launched = device_time_by_launcher(run)
+    if kind in DEVICE_KINDS:
+        frame = frame.assign(device_ns=frame["dur_ns"])
+    elif not launched.empty:
+        frame = frame.assign(device_ns=frame["id"].map(launched).fillna(0).astype("int64"))
+    elif by is SortKey.DEVICE:
+        raise ValueError("--by device: this run has no device activity")
+    grouped = frame.groupby(keys, sort=False, dropna=False)
+    table = grouped.agg(
+        calls=("id", "size"),
+        total_ns=("dur_ns", "sum"),
+        self_ns=("self_ns", "sum"),
+        min_ns=("dur_ns", "min"),
+        max_ns=("dur_ns", "max"),
+        bytes=("bytes", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
+        flops=("flops", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
+        **({DEVICE_COLUMN: (DEVICE_COLUMN, "sum")} if DEVICE_COLUMN in frame else {}),
+    ).reset_index()
+    for column in ("calls", "total_ns", "self_ns", "min_ns", "max_ns", "bytes", "flops"):
+        table[column] = table[column].astype("int64")
+    table["avg_ns"] = table["total_ns"] // table["calls"].clip(lower=1)
+    all_self = table["self_ns"].sum()
+    table["self_pct"] = 100.0 * table["self_ns"] / all_self if all_self else 0.0
+    table = table.sort_values(
+        [_SORT_COLUMN[by], "name"], ascending=[False, True], kind="stable"
+    ).reset_index(drop=True)
+    table["cum_pct"] = table["self_pct"].cumsum()
+    columns = list(TOP_COLUMNS)
+    if group_by is GroupKey.SHAPE:
+        columns.insert(1, "input_shapes")
+    if DEVICE_COLUMN in table:
+        columns.append(DEVICE_COLUMN)
+    table = table[columns]
+    return table.head(limit) if limit else table
+
+
+def kinds_present(run: Run) -> list[str]:
+    """The kinds of slice the run holds, most frequent first."""
+    return run.slices["kind"].value_counts().index.tolist()

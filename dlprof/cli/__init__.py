@@ -1,0 +1,1 @@
+"""The ``dlprof`` command: one module per subcommand, each defining ``command``."""

@@ -1,0 +1,104 @@
+"""``dlprof run``: profile a Python script or module, then print where the run is and its top ops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from dlprof.cli.common import UsageError
+from dlprof.cli.top import print_top
+from dlprof.collectors.registry import NAMES, UnknownCollectorError, collector_class
+from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
+from dlprof.keys import GroupKey, SortKey
+from dlprof.runner import Target, TargetError, run_target
+from dlprof.schedule import Schedule, ScheduleError
+from dlprof.store.reader import load
+
+HELP = """Run a Python script (or -m module) under the profiler.
+
+The script runs as `python script.py args` would run it; its exit code passes through. The run
+is written to -o DIR, by default ./dlprof-runs/<YYYYmmdd-HHMMSS>-<script>/, even if the script
+fails or is interrupted.
+
+\b
+Examples:
+  dlprof run train.py --epochs 1
+  dlprof run -o runs/base --schedule 1,1,1,5,1 train.py
+  dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
+  dlprof run -m mypkg.train --lr 0.1
+"""
+
+
+def _collectors(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise UsageError("--collectors: name at least one collector")
+    for name in names:
+        try:
+            collector_class(name)
+        except UnknownCollectorError as error:
+            raise UsageError(f"--collectors: {error}") from None
+    return names
+
+
+@click.command(
+    "run",
+    help=HELP,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("-o", "--out", type=click.Path(file_okay=False), default=None,
+              help="Run directory to write.")
+@click.option("-m", "module", default=None, metavar="MODULE",
+              help="Run a library module as a script, as python -m does.")
+@click.option("--collectors", default=",".join(DEFAULT_COLLECTORS), show_default=True,
+              help=f"Comma-separated collectors: {', '.join(n for n in NAMES if n != 'optimizer_steps')}.")
+@click.option("--schedule", default=None, metavar="SKIP,WAIT,WARMUP,ACTIVE,REPEAT",
+              help="Profile only some steps, as torch.profiler.schedule (default: every step).")
+@click.option("--no-auto-steps", is_flag=True,
+              help="Do not end a step at each optimizer.step(); only prof.step()/dlprof.step() do.")
+@click.option("--top", "top_rows", type=click.IntRange(min=0), default=15, show_default=True,
+              help="Rows of the top-ops table printed at the end (0: none).")
+@click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
+def command(out: str | None, module: str | None, collectors: str, schedule: str | None,
+            no_auto_steps: bool, top_rows: int, target_and_args: tuple[str, ...]) -> int:
+    if module:
+        target = Target(module, is_module=True, args=target_and_args)
+    elif target_and_args:
+        target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
+    else:
+        raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
+    try:
+        parsed_schedule = Schedule.parse(schedule) if schedule else None
+        target.check()
+    except (ScheduleError, TargetError) as error:
+        raise UsageError(str(error)) from None
+    config = ProfileConfig(
+        out=Path(out) if out else None,
+        name=target.label,
+        collectors=_collectors(collectors),
+        schedule=parsed_schedule,
+        auto_steps=not no_auto_steps,
+        command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
+    )
+    outcome = run_target(target, config)
+    sys.stdout.flush()
+    status = outcome.manifest.status
+    print(f"dlprof: run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
+          file=sys.stderr)
+    if top_rows and outcome.signum is None:
+        loaded = load(outcome.run_dir)
+        try:
+            print_top(loaded, kind="op" if "torch" in config.collectors else "module",
+                      by=SortKey.MICROS, group_by=GroupKey.NAME, limit=top_rows)
+        except UsageError as error:
+            print(f"dlprof: {error}", file=sys.stderr)
+    if outcome.signum is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(outcome.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), outcome.signum)
+    return outcome.exit_code

@@ -1,0 +1,65 @@
+"""``dlprof top``: the flat profile of one kind of slice, as tfprof's and TAU's tables."""
+
+from __future__ import annotations
+
+import click
+
+from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.keys import GroupKey, SortKey, TableFormat
+from dlprof.viewers.terminal import write_table
+
+HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+\b
+Examples:
+  dlprof top --by micros                 # ops by total time, newest run
+  dlprof top --kind module --by self     # layers by self time
+  dlprof top --group-by shape --limit 30 # one row per op and input shapes
+  dlprof top RUN --format json           # for scripts
+"""
+
+
+def _choice(keys: type) -> click.Choice:
+    return click.Choice([str(k) for k in keys], case_sensitive=False)
+
+
+@click.command("top", help=HELP)
+@run_argument
+@click.option("--by", "by", type=_choice(SortKey), default=SortKey.MICROS, show_default=True,
+              help="Sort key: total time, self time, calls, bytes allocated, FLOPs, device time.")
+@click.option("--kind", default="op", show_default=True,
+              help="Kind of slice: op, module, region, step, kernel, ... (any kind in the run).")
+@click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME,
+              show_default=True, help="One row per name, or per name and input shapes.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
+              help="Rows to show (0: all).")
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE,
+              show_default=True, help="Table for a person, CSV or JSON for a script.")
+def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
+            fmt: str) -> int:
+    loaded = open_run(run)
+    print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit,
+              rank=rank, fmt=TableFormat(fmt))
+    return 0
+
+
+def print_top(loaded, kind: str, by: SortKey, group_by: GroupKey, limit: int,  # type: ignore[no-untyped-def]
+              rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
+    """Print a run's top table, or fail with one line saying what the run holds instead."""
+    present = kinds_present(loaded)
+    if not present:
+        raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
+    if kind not in present:
+        raise UsageError(
+            f"{loaded.path}: no slices of kind {kind!r}; this run has: {', '.join(present)}"
+        )
+    try:
+        table = top(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"
+    write_table(table, title, fmt)

@@ -1,0 +1,66 @@
+"""The collector contract: ``available()``, ``start(context)``, ``stop()``, optional step hooks.
+
+A collector that cannot work here says why once, from ``available()``, and the run goes on
+without it. Collectors write only through the sink in their context.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from dlprof.config import ProfileConfig
+from dlprof.schedule import Action
+from dlprof.store.manifest import ClockDomain
+from dlprof.store.sink import Sink
+from dlprof.store.slice_buffer import SliceBuffer
+
+
+@dataclass
+class CollectorContext:
+    """What the session hands every collector at start."""
+
+    config: ProfileConfig
+    sink: Sink
+    slices: SliceBuffer  # for slices timed in this process (modules, regions)
+    run_dir: Path
+    step: Callable[[], None]  # ends the current step, as prof.step() does
+    clocks: list[ClockDomain] = field(default_factory=list)  # collectors add their mappings
+    action: Action = Action.NONE  # the current step's action, kept up to date by the session
+
+
+class Collector(ABC):
+    """One live source of events."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []  # what it could not do here, for the manifest
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether it can run here, and if not, why (one line)."""
+
+    @classmethod
+    def version(cls) -> str:
+        """The version of what it is built on (torch, psutil...)."""
+        return ""
+
+    @abstractmethod
+    def start(self, context: CollectorContext) -> None:
+        """Begin collecting; the current step's action is ``context.action``."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop collecting and write everything still buffered."""
+
+    def on_step(self, step: int, previous: Action, action: Action) -> None:
+        """A step boundary: ``step`` begins with ``action``; the step before had ``previous``."""
+
+    def save(self) -> None:
+        """A cycle ended: write what was buffered."""

@@ -1,0 +1,93 @@
+"""One saved torch.profiler cycle into the store: parse Kineto's trace, write chunks, delete it.
+
+Runs in the profiled process or as a child (``python -m dlprof.collectors.kineto_cycle JOB``),
+which lowers its own priority so the program it profiles keeps the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
+from dlprof.store.ids import SLOT_KINETO, id_base
+from dlprof.store.sink import Sink
+from dlprof.store.writer import RankWriter
+
+# Each cycle numbers its slices in its own range of the Kineto slot: 2**24 ids per cycle.
+CYCLE_ID_BITS = 24
+
+
+@dataclass(frozen=True)
+class CycleJob:
+    """Where one cycle's trace is and where its rows go."""
+
+    trace: Path
+    run_dir: Path
+    rank: int
+    cycle: int
+    pid: int
+    # dlprof-clock epoch ns just before and after the clock marker range, if one was recorded.
+    marker_window_ns: tuple[int, int] | None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["trace"], data["run_dir"] = str(self.trace), str(self.run_dir)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> CycleJob:
+        data = json.loads(text)
+        window = data["marker_window_ns"]
+        return cls(
+            trace=Path(data["trace"]),
+            run_dir=Path(data["run_dir"]),
+            rank=data["rank"],
+            cycle=data["cycle"],
+            pid=data["pid"],
+            marker_window_ns=tuple(window) if window else None,
+        )
+
+    @staticmethod
+    def result_from_json(text: str) -> dict[str, Any]:
+        lines = text.strip().splitlines()
+        result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        return result
+
+
+def convert_cycle(job: CycleJob) -> dict[str, Any]:
+    """Translate one saved cycle into chunks of the run's tables, then remove the trace."""
+    trace = read_trace(job.trace)
+    options = KinetoOptions(
+        id_base=id_base(job.rank, SLOT_KINETO) + (job.cycle << CYCLE_ID_BITS),
+        drop_steps=True,
+        device_pid=job.pid,
+        marker_window_ns=job.marker_window_ns,
+    )
+    tables = convert_trace(trace, options)
+    sink = Sink(RankWriter(job.run_dir, job.rank))
+    source = f"kineto{job.cycle:05d}"
+    sink.append_slices(tables.slices, source)
+    sink.append_memory(tables.memory, source)
+    sink.append_counters(tables.counters, source)
+    job.trace.unlink()
+    return {
+        "slices": tables.slices.num_rows,
+        "clock_offset_ns": tables.clock_offset_ns,
+        "clock_bounds_ns": list(tables.clock_bounds_ns) if tables.clock_bounds_ns else None,
+    }
+
+
+def main(argv: list[str]) -> int:
+    os.nice(19)
+    result = convert_cycle(CycleJob.from_json(argv[0]))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+"""Steps from the optimizer: under ``dlprof run`` each ``optimizer.step()`` ends a training step.
+
+The wrapper is set on the optimizer instance, outside torch's own ``Optimizer.step#...`` range,
+so the step boundary falls after the optimizer's work rather than inside it. The first call of
+an optimizer, under way when it is first seen, ends its step from a post-hook instead; only the first optimizer seen drives steps
+(a GAN's two optimizers make one step, not two).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+from dlprof.collectors.base import Collector, CollectorContext
+
+_WRAPPED = "_dlprof_step_wrapper"
+
+
+class OptimizerSteps(Collector):
+    name = "optimizer_steps"
+    description = "a training step ends with each optimizer.step()"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if importlib.util.find_spec("torch") is None:
+            return False, "torch is not installed"
+        return True, ""
+
+    def start(self, context: CollectorContext) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self._step = context.step
+        self._driver: Any = None
+        self._wrapped: list[Any] = []
+        self._handle = register_optimizer_step_pre_hook(self._first_sight)
+
+    def _first_sight(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._driver is None:
+            self._driver = optimizer
+        if optimizer is self._driver and _WRAPPED not in optimizer.__dict__:
+            original = optimizer.step
+            end_step = self._step
+
+            @functools.wraps(original)
+            def step_then_mark(*a: Any, **k: Any) -> Any:
+                result = original(*a, **k)
+                end_step()
+                return result
+
+            # This call is already under way: end its step from inside, this once.
+            once: Any = None
+
+            def end_first_step(*_: Any) -> None:
+                once.remove()
+                end_step()
+
+            once = optimizer.register_step_post_hook(end_first_step)
+
+            optimizer.__dict__[_WRAPPED] = True
+            optimizer.step = step_then_mark
+            self._wrapped.append(optimizer)
+
+    def stop(self) -> None:
+        self._handle.remove()
+        for optimizer in self._wrapped:
+            optimizer.__dict__.pop("step", None)
+            optimizer.__dict__.pop(_WRAPPED, None)
+        self._wrapped.clear()
+
+
+COLLECTOR = OptimizerSteps

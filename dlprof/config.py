@@ -1,0 +1,44 @@
+"""How a profiling session is set up: one frozen dataclass, each field with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlprof.schedule import Schedule
+
+DEFAULT_COLLECTORS = ("torch", "layers", "host")
+RUNS_DIR = Path("dlprof-runs")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Everything a :class:`dlprof.session.Session` needs to know before it starts."""
+
+    # The run directory; None: ./dlprof-runs/<YYYYmmdd-HHMMSS>-<name>.
+    out: Path | None = None
+    # Names the run directory and the manifest (the script's name under `dlprof run`).
+    name: str = "profile"
+    # Collector names, in start order (see dlprof.collectors.registry).
+    collectors: tuple[str, ...] = DEFAULT_COLLECTORS
+    # Which steps are recorded; None records every step.
+    schedule: Schedule | None = None
+    # Steps per saved chunk when no schedule is given: bounds torch.profiler's memory.
+    flush_steps: int = 100
+    # Take steps from the optimizer's step() (dlprof run) rather than prof.step() only.
+    auto_steps: bool = False
+    # Seconds between host samples (CPU %, RSS).
+    host_interval_s: float = 0.1
+    # torch.profiler options: input shapes, allocations, FLOPs, Python stacks.
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_flops: bool = True
+    with_stack: bool = False
+    # The command line recorded in the manifest.
+    command: tuple[str, ...] = ()
+    # This process's rank in a distributed job.
+    rank: int = 0
+
+    @property
+    def effective_schedule(self) -> Schedule:
+        return self.schedule or Schedule.every_step(self.flush_steps)

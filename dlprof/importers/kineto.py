@@ -1,0 +1,353 @@
+"""PyTorch profiler (Kineto) Chrome traces into the event store's tables.
+
+The torch collector saves Kineto's own trace at the end of each profiling cycle (in C++, a few
+microseconds per event) and converts it here, so a native run and an imported trace go through
+one translation layer::
+
+    trace = read_trace(Path("rank0.pt.trace.json.gz"))
+    tables = convert_trace(trace, KinetoOptions(id_base=0))
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
+from dlprof.keys import Kind
+from dlprof.store.nesting import innermost_containing
+
+CLOCK_MARKER = "dlprof::clock_sync"
+STEP_PREFIX = "ProfilerStep#"
+
+_KIND_OF_CATEGORY: dict[str, str] = {
+    "cpu_op": Kind.OP,
+    "user_annotation": Kind.USER_ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+}
+_COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
+# Slices that describe the trace rather than the program.
+_SKIPPED_CATEGORIES = frozenset({"Trace"})
+_MEMORY_EVENT = "[memory]"
+
+
+@dataclass(frozen=True)
+class KinetoOptions:
+    """How to translate one trace."""
+
+    id_base: int  # the first slice id to hand out (see dlprof.store.ids)
+    clock_offset_ns: int = 0  # subtracted from every timestamp to reach the run's clock
+    # dlprof-clock epoch ns read just before and after the clock marker range; when set, the
+    # offset is measured from the marker instead of taken from clock_offset_ns.
+    marker_window_ns: tuple[int, int] | None = None
+    region_names: frozenset[str] = frozenset()  # user annotations that are dlprof regions
+    drop_steps: bool = False  # ProfilerStep#N ranges are recorded elsewhere (by the session)
+    device_pid: int | None = None  # pid for device slices; None keeps the trace's
+
+
+@dataclass
+class KinetoTables:
+    """One trace translated: rows per table, and the clock marker if the trace had one."""
+
+    slices: pa.Table
+    memory: pa.Table
+    counters: pa.Table
+    clock_offset_ns: int = 0
+    clock_bounds_ns: tuple[int, int] | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """Parse a Chrome trace file, gzipped or not."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    data = orjson.loads(raw)
+    if isinstance(data, list):  # the bare-array form of the Chrome format
+        return {"traceEvents": data}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a Chrome trace (top level is {type(data).__name__})")
+    return data
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return hash(value) & 0x7FFFFFFF
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return orjson.dumps(value).decode()
+
+
+class _SliceColumns:
+    """Growing Python lists, one per slice column, turned into Arrow once."""
+
+    NAMES = (
+        "pid tid device kind category name ts dur correlation_id external_id sequence_nr "
+        "input_shapes input_dtypes flops bytes grid block registers shared_memory "
+        "blocks_per_sm warps_per_sm occupancy stream"
+    ).split()
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in self.NAMES}
+
+    def add(self, **values: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(values.get(name))
+
+
+def convert_trace(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
+    """Translate a parsed Kineto trace into slices, memory and counter rows.
+
+    Args:
+        trace: the parsed JSON object (see :func:`read_trace`).
+        options: ids, clock offset and naming decisions for this trace.
+
+    Returns:
+        The rows, with epoch-nanosecond timestamps on the run's clock.
+    """
+    base_ns = int(trace.get("baseTimeNanoseconds", 0))
+    rows = _SliceColumns()
+    memory: dict[str, list[Any]] = {k: [] for k in ("pid", "tid", "device", "ts", "bytes", "total_allocated", "total_reserved", "addr")}
+    counters: dict[str, list[Any]] = {k: [] for k in ("pid", "track", "ts", "value")}
+    skipped: dict[str, int] = {}
+    marker: tuple[float, float] | None = None
+    for event in trace.get("traceEvents", ()):
+        phase = event.get("ph")
+        if phase == "X":
+            category = event.get("cat", "")
+            name = event.get("name", "")
+            if category in _SKIPPED_CATEGORIES:
+                continue
+            if category == "user_annotation":
+                if name == CLOCK_MARKER:
+                    marker = (event["ts"], event.get("dur", 0.0))
+                    continue
+                if options.drop_steps and name.startswith(STEP_PREFIX):
+                    continue
+            _add_slice(rows, event, category, name, options)
+        elif phase == "i" and event.get("name") == _MEMORY_EVENT:
+            args = event.get("args", {})
+            device_id = args.get("Device Id", -1)
+            memory["pid"].append(_as_int(event.get("pid")))
+            memory["tid"].append(_as_int(event.get("tid")))
+            memory["device"].append("cpu" if args.get("Device Type", 0) == 0 else f"cuda:{device_id}")
+            memory["ts"].append(event["ts"])
+            memory["bytes"].append(args.get("Bytes"))
+            memory["total_allocated"].append(args.get("Total Allocated"))
+            memory["total_reserved"].append(args.get("Total Reserved"))
+            memory["addr"].append(args.get("Addr"))
+        elif phase == "C":
+            for series, value in (event.get("args") or {}).items():
+                counters["pid"].append(_as_int(event.get("pid")))
+                counters["track"].append(f"{event.get('name', '')}.{series}")
+                counters["ts"].append(event["ts"])
+                counters["value"].append(float(value))
+        elif phase not in ("M", "s", "f", "t", "i", "I"):
+            skipped[str(phase)] = skipped.get(str(phase), 0) + 1
+
+    offset, bounds = options.clock_offset_ns, None
+    if marker is not None and options.marker_window_ns is not None:
+        marker_start = base_ns + round(marker[0] * 1000)
+        marker_ns = (marker_start, marker_start + round(marker[1] * 1000))
+        offset, bounds = clock_offset(marker_ns, options.marker_window_ns)
+
+    def to_ns(us: list[float]) -> np.ndarray:
+        return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64) + (
+            base_ns - offset
+        )
+
+    columns = rows.columns
+    n = len(columns["ts"])
+    start = to_ns(columns["ts"]) if n else np.zeros(0, np.int64)
+    dur = np.rint(np.asarray(columns["dur"], dtype=np.float64) * 1000.0).astype(np.int64) if n else np.zeros(0, np.int64)
+    ids = np.arange(n, dtype=np.int64) + options.id_base
+    slices = _slices_table(columns, ids, start, dur)
+
+    memory_ts = to_ns(memory["ts"]) if memory["ts"] else np.zeros(0, np.int64)
+    slice_of_alloc = _attribute(columns, start, dur, memory, memory_ts)
+    if len(slice_of_alloc):
+        allocated = np.asarray(memory["bytes"], dtype=np.int64)
+        owned = (slice_of_alloc >= 0) & (allocated > 0)
+        op_bytes = np.zeros(n, dtype=np.int64)
+        np.add.at(op_bytes, slice_of_alloc[owned], allocated[owned])
+        has_bytes = op_bytes > 0
+        slices = slices.set_column(
+            slices.schema.get_field_index("bytes"),
+            "bytes",
+            pa.array(op_bytes, mask=~has_bytes),
+        )
+    memory_table = pa.table(
+        {
+            "pid": pa.array(memory["pid"], pa.int64()),
+            "device": pa.array(memory["device"], pa.string()).dictionary_encode(),
+            "ts_ns": pa.array(memory_ts, pa.int64()),
+            "bytes": pa.array(memory["bytes"], pa.int64()),
+            "total_allocated": pa.array(memory["total_allocated"], pa.int64()),
+            "total_reserved": pa.array(memory["total_reserved"], pa.int64()),
+            "addr": pa.array(memory["addr"], pa.int64()),
+            "slice_id": pa.array(
+                np.where(slice_of_alloc >= 0, ids[np.maximum(slice_of_alloc, 0)] if n else 0, 0),
+                mask=slice_of_alloc < 0,
+            )
+            if len(slice_of_alloc)
+            else pa.array([], pa.int64()),
+        }
+    )
+    counter_table = pa.table(
+        {
+            "pid": pa.array(counters["pid"], pa.int64()),
+            "device": pa.array(["cpu"] * len(counters["pid"]), pa.string()).dictionary_encode(),
+            "track": pa.array(counters["track"], pa.string()).dictionary_encode(),
+            "ts_ns": pa.array(to_ns(counters["ts"]) if counters["ts"] else [], pa.int64()),
+            "value": pa.array(counters["value"], pa.float64()),
+        }
+    )
+    return KinetoTables(slices, memory_table, counter_table, offset, bounds, skipped)
+
+
+def clock_offset(
+    marker_ns: tuple[int, int], window_ns: tuple[int, int]
+) -> tuple[int, tuple[int, int]]:
+    """The shift from Kineto's clock to dlprof's, from one range timed on both.
+
+    The marker's start and end on Kineto's clock lie inside the window dlprof read around it;
+    every offset that keeps them inside is consistent. Zero is kept when it is one of them.
+
+    Returns:
+        The offset to subtract from Kineto times, and the consistent bounds.
+    """
+    low = marker_ns[1] - window_ns[1]
+    high = marker_ns[0] - window_ns[0]
+    if low > high:  # inconsistent readings: take the middle
+        return (low + high) // 2, (low, high)
+    offset = 0 if low <= 0 <= high else (low if low > 0 else high)
+    return offset, (low, high)
+
+
+def _add_slice(
+    rows: _SliceColumns, event: dict[str, Any], category: str, name: str, options: KinetoOptions
+) -> None:
+    args = event.get("args") or {}
+    kind = _KIND_OF_CATEGORY.get(category, category)
+    if kind == Kind.USER_ANNOTATION and name in options.region_names:
+        kind = Kind.REGION
+    elif kind == Kind.OP and name.startswith(_COMM_PREFIXES):
+        kind = Kind.COMM
+    device = "cpu"
+    pid = _as_int(event.get("pid"))
+    tid = _as_int(event.get("tid"))
+    stream = None
+    if "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET):
+        device = f"cuda:{args.get('device', pid)}"
+        stream = args.get("stream", tid)
+        tid = _as_int(stream)
+        if options.device_pid is not None:
+            pid = options.device_pid
+    dims = args.get("Input Dims")
+    flops = None
+    if dims is not None and name in OPS_WITH_FLOPS:
+        flops = estimate_flops(name, dims, args.get("Concrete Inputs", ()))
+    correlation = args.get("correlation")
+    rows.add(
+        pid=pid,
+        tid=tid,
+        device=device,
+        kind=str(kind),
+        category=category,
+        name=name,
+        ts=event.get("ts", 0.0),
+        dur=event.get("dur", 0.0),
+        correlation_id=correlation,
+        external_id=args.get("External id"),
+        sequence_nr=args.get("Sequence number"),
+        input_shapes=_text(dims) if dims else None,
+        input_dtypes=_text(args.get("Input type")) if dims else None,
+        flops=flops if flops is not None else args.get("flops"),
+        bytes=args.get("bytes"),
+        grid=_text(args.get("grid")),
+        block=_text(args.get("block")),
+        registers=args.get("registers per thread"),
+        shared_memory=args.get("shared memory"),
+        blocks_per_sm=args.get("blocks per SM"),
+        warps_per_sm=args.get("warps per SM"),
+        occupancy=args.get("est. achieved occupancy %"),
+        stream=stream,
+    )
+
+
+def _slices_table(
+    columns: dict[str, list[Any]], ids: np.ndarray, start: np.ndarray, dur: np.ndarray
+) -> pa.Table:
+    def dictionary(name: str) -> pa.Array:
+        return pa.array(columns[name], pa.string()).dictionary_encode()
+
+    return pa.table(
+        {
+            "id": pa.array(ids),
+            "pid": pa.array(columns["pid"], pa.int64()),
+            "tid": pa.array(columns["tid"], pa.int64()),
+            "device": dictionary("device"),
+            "kind": dictionary("kind"),
+            "category": dictionary("category"),
+            "name": dictionary("name"),
+            "start_ns": pa.array(start),
+            "dur_ns": pa.array(dur),
+            "correlation_id": pa.array(columns["correlation_id"], pa.int64()),
+            "external_id": pa.array(columns["external_id"], pa.int64()),
+            "sequence_nr": pa.array(columns["sequence_nr"], pa.int64()),
+            "input_shapes": dictionary("input_shapes"),
+            "input_dtypes": dictionary("input_dtypes"),
+            "flops": pa.array(columns["flops"], pa.int64()),
+            "bytes": pa.array(columns["bytes"], pa.int64()),
+            "grid": dictionary("grid"),
+            "block": dictionary("block"),
+            "registers": pa.array(columns["registers"], pa.int32()),
+            "shared_memory": pa.array(columns["shared_memory"], pa.int64()),
+            "blocks_per_sm": pa.array(columns["blocks_per_sm"], pa.float32()),
+            "warps_per_sm": pa.array(columns["warps_per_sm"], pa.float32()),
+            "occupancy": pa.array(columns["occupancy"], pa.float32()),
+            "stream": pa.array(columns["stream"], pa.int64()),
+        }
+    )
+
+
+def _attribute(
+    columns: dict[str, list[Any]],
+    start: np.ndarray,
+    dur: np.ndarray,
+    memory: dict[str, list[Any]],
+    memory_ts: np.ndarray,
+) -> np.ndarray:
+    """Index of the innermost CPU op on the allocating thread for each memory event, or -1."""
+    result = np.full(len(memory_ts), -1, dtype=np.int64)
+    if not len(memory_ts) or not len(start):
+        return result
+    tids = np.asarray(columns["tid"], dtype=np.int64)
+    is_op = np.asarray([k in (Kind.OP, Kind.COMM) for k in columns["kind"]])
+    memory_tids = np.asarray(memory["tid"], dtype=np.int64)
+    for tid in np.unique(memory_tids):
+        candidates = np.flatnonzero(is_op & (tids == tid))
+        points = np.flatnonzero(memory_tids == tid)
+        found = innermost_containing(
+            start[candidates], start[candidates] + dur[candidates], memory_ts[points]
+        )
+        result[points] = np.where(found >= 0, candidates[np.maximum(found, 0)], -1)
+    return result

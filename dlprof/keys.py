@@ -1,0 +1,95 @@
+"""The names every command shares: event kinds, run states, sort and grouping keys, formats.
+
+Commands take these as choices (``dlprof top --by self --kind module``), so a key exists in one
+place and its help text with it. Kinds are an open set in the store (an imported trace may carry
+its own category as a kind); :class:`Kind` lists the ones dlprof itself understands.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What a slice is."""
+
+    STEP = "step"
+    REGION = "region"
+    MODULE = "module"
+    OP = "op"
+    KERNEL = "kernel"
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    RUNTIME = "runtime"
+    COMM = "comm"
+    PYTHON = "python"
+    USER_ANNOTATION = "user_annotation"
+
+    @property
+    def on_device(self) -> bool:
+        """True for work that runs on an accelerator rather than a CPU thread."""
+        return self in DEVICE_KINDS
+
+
+DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
+
+# When two slices start together and last as long, the outer one is the one that comes first here.
+NESTING_ORDER: dict[str, int] = {
+    Kind.STEP: 0,
+    Kind.REGION: 1,
+    Kind.USER_ANNOTATION: 2,
+    Kind.MODULE: 3,
+    Kind.PYTHON: 4,
+    Kind.OP: 5,
+    Kind.COMM: 5,
+    Kind.RUNTIME: 6,
+    Kind.KERNEL: 7,
+    Kind.MEMCPY: 7,
+    Kind.MEMSET: 7,
+}
+
+
+class RunStatus(StrEnum):
+    """The state a run directory is in, as ``run.json`` records it."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    # Never written: a reader reports it for a manifest left "running" with no live writer.
+    KILLED = "killed"
+
+
+class SortKey(StrEnum):
+    """``dlprof top --by``: what the table is ordered by."""
+
+    MICROS = "micros"
+    SELF = "self"
+    CALLS = "calls"
+    BYTES = "bytes"
+    FLOPS = "flops"
+    DEVICE = "device"
+
+
+class GroupKey(StrEnum):
+    """``dlprof top --group-by``: what one row aggregates."""
+
+    NAME = "name"
+    SHAPE = "shape"
+
+
+class TableFormat(StrEnum):
+    """How a table command prints: for a person or for a script."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+class StoreTable(StrEnum):
+    """The tables of a run directory, one Parquet dataset each."""
+
+    SLICES = "slices"
+    COUNTERS = "counters"
+    METRICS = "metrics"
+    MEMORY = "memory"

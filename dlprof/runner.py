@@ -1,0 +1,133 @@
+"""``dlprof run``: execute a script or module as ``__main__`` inside a session.
+
+The target sees what ``python script.py args`` would give it: ``sys.argv``, ``sys.path[0]`` (the
+script's directory, or the working directory for ``-m``), ``__name__ == "__main__"``. Its exit
+code passes through; an exception prints its traceback as Python would (without dlprof's frames)
+and the run is saved as ``failed``; Ctrl-C and SIGTERM save it as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+
+from dlprof.config import ProfileConfig
+from dlprof.session import Interrupted, Session
+from dlprof.store.manifest import Manifest
+
+_DLPROF_DIR = str(Path(__file__).resolve().parent)
+
+
+class TargetError(Exception):
+    """The script or module to run cannot be found."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path or a module name, and its arguments."""
+
+    name: str
+    is_module: bool
+    args: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """A short name for the run directory."""
+        if self.is_module:
+            return self.name.rsplit(".", 1)[-1]
+        return Path(self.name).stem
+
+    def check(self) -> None:
+        """Raise :class:`TargetError` if the target does not exist."""
+        if self.is_module:
+            try:
+                found = importlib.util.find_spec(self.name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise TargetError(f"no module named {self.name!r}")
+        elif not Path(self.name).is_file():
+            raise TargetError(f"{self.name}: no such file")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the profiled program ended."""
+
+    exit_code: int
+    manifest: Manifest
+    run_dir: Path
+    signum: int | None = None  # the signal that interrupted it, to re-raise on exit
+
+
+def run_target(target: Target, config: ProfileConfig) -> Outcome:
+    """Run ``target`` under a session configured by ``config``; never raises for its errors."""
+    target.check()
+    collectors = config.collectors
+    if config.auto_steps and "optimizer_steps" not in collectors:
+        collectors = (*collectors, "optimizer_steps")
+    session = Session(replace(config, collectors=collectors))
+    saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
+    error: BaseException | None = None
+    exit_code = 0
+    signum: int | None = None
+    session.start()
+    try:
+        if target.is_module:
+            sys.argv = [target.name, *target.args]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(target.name)
+            sys.argv = [target.name, *target.args]
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
+            runpy.run_path(target.name, run_name="__main__")
+    except SystemExit as exit_request:
+        exit_code = _exit_code(exit_request)
+        error = exit_request if exit_code else None
+    except KeyboardInterrupt as interrupt:
+        error, signum = interrupt, signal.SIGINT
+        exit_code = 128 + signal.SIGINT
+    except Interrupted as interrupt:
+        error, signum = interrupt, interrupt.signum
+        exit_code = 128 + interrupt.signum
+    except BaseException as failure:  # the script's own error: report it as Python would
+        error = failure
+        exit_code = 1
+        _print_user_traceback(failure)
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+        manifest = session.stop(error, exit_code)
+    return Outcome(exit_code, manifest, session.run_dir, signum)
+
+
+def _exit_code(exit_request: SystemExit) -> int:
+    """What the interpreter would exit with for this ``sys.exit()``."""
+    code = exit_request.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(error: BaseException) -> None:
+    """Print the traceback from the first frame outside dlprof and runpy."""
+    tb: TracebackType | None = error.__traceback__
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb)
+
+
+def _is_ours(filename: str) -> bool:
+    return filename.startswith(_DLPROF_DIR) or filename == runpy.__file__

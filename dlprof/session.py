@@ -1,0 +1,255 @@
+"""A profiling session: starts and stops collectors, owns the sink, counts steps, records regions.
+
+    with Session(ProfileConfig(name="train")) as session:
+        for batch in data:
+            train_step(batch)
+            session.step()
+
+Whatever ends the program (normal end, an exception, Ctrl-C, SIGTERM), the session writes what
+it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the exception go on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from dlprof.clock import sample_clocks
+from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.collectors.registry import collector_class
+from dlprof.config import RUNS_DIR, ProfileConfig
+from dlprof.keys import Kind, RunStatus
+from dlprof.schedule import Action
+from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
+from dlprof.store.sink import Sink
+from dlprof.store.slice_buffer import SliceBuffer
+from dlprof.store.writer import RankWriter
+
+STEP_NAME = "ProfilerStep#{}"
+# Flush the in-process slice buffer mid-cycle once it holds this many slices.
+_BUFFER_LIMIT = 200_000
+
+_active: Session | None = None
+
+
+def active_session() -> Session | None:
+    """The session that is recording in this process, if any."""
+    return _active
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread when SIGTERM arrives, so the program unwinds and the run is saved."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def new_run_dir(name: str, parent: Path = RUNS_DIR) -> Path:
+    """A fresh ``<parent>/<YYYYmmdd-HHMMSS>-<name>`` directory (suffixed if taken)."""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    candidate = parent / stem
+    number = 2
+    while candidate.exists():
+        candidate = parent / f"{stem}-{number}"
+        number += 1
+    return candidate
+
+
+def status_for(error: BaseException | None) -> RunStatus:
+    """The run status that ending with ``error`` (None: normally) gives."""
+    if error is None:
+        return RunStatus.COMPLETE
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
+        return RunStatus.INTERRUPTED
+    if isinstance(error, SystemExit) and error.code in (None, 0):
+        return RunStatus.COMPLETE
+    return RunStatus.FAILED
+
+
+class Session:
+    """One profiling session in this process, writing one rank of one run."""
+
+    def __init__(self, config: ProfileConfig) -> None:
+        self.config = config
+        self.run_dir = config.out or new_run_dir(config.name)
+        self.schedule = config.effective_schedule
+        self.step_number = 0
+        self.action = self.schedule.action(0)
+        self._clock = sample_clocks()
+        self._writer = RankWriter(self.run_dir, config.rank)
+        self.sink = Sink(self._writer)
+        self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
+        self._step_kind = self.slices.kind_code(Kind.STEP)
+        self.region_kind = self.slices.kind_code(Kind.REGION)
+        self._step_start = 0
+        self._collectors: list[Collector] = []
+        self._context: CollectorContext | None = None
+        self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
+        self._started = False
+        self.manifest = Manifest(
+            name=self.run_dir.name,
+            command=list(config.command) or [sys.executable, *sys.argv],
+            writer_pid=os.getpid(),
+            host=HostInfo.this_machine(),
+            ranks=[config.rank],
+            schedule=str(self.schedule) if config.schedule else "",
+            clocks=[
+                ClockDomain(
+                    name="dlprof",
+                    method="perf_counter_ns + (time_ns - perf_counter_ns) sampled at start",
+                    offset_ns=self._clock.offset_ns,
+                    bounds_ns=(-self._clock.uncertainty_ns, self._clock.uncertainty_ns),
+                )
+            ],
+        )
+
+    @property
+    def recording(self) -> bool:
+        """True while the current step's events are kept."""
+        return self.action.records
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> Session:
+        """Create the run directory, start every available collector, begin step 0."""
+        global _active
+        if _active is not None:
+            raise RuntimeError("a dlprof session is already active in this process")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.manifest.start_ns = time.time_ns()
+        self.manifest.write(self.run_dir)
+        self._context = CollectorContext(
+            config=self.config,
+            sink=self.sink,
+            slices=self.slices,
+            run_dir=self.run_dir,
+            step=self.step,
+            clocks=self.manifest.clocks,
+            action=self.action,
+        )
+        for name in self.config.collectors:
+            cls = collector_class(name)
+            ok, reason = cls.available()
+            info = CollectorInfo(name=name, version=cls.version(), active=ok)
+            self.manifest.collectors.append(info)
+            if not ok:
+                info.notes.append(reason)
+                print(f"dlprof: collector {name} unavailable: {reason}", file=sys.stderr)
+                continue
+            collector = cls()
+            collector.start(self._context)
+            info.notes = collector.notes
+            self._collectors.append(collector)
+        self._install_signal_handler()
+        _active = self
+        self._started = True
+        self._step_start = time.perf_counter_ns()
+        self.manifest.write(self.run_dir)
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training step and the start of the next."""
+        now = time.perf_counter_ns()
+        previous = self.action
+        if previous.records:
+            self._record_step(self._step_start, now)
+        self.step_number += 1
+        self.action = self.schedule.action(self.step_number)
+        assert self._context is not None
+        self._context.action = self.action
+        for collector in self._collectors:
+            collector.on_step(self.step_number, previous, self.action)
+        if previous is Action.RECORD_AND_SAVE or len(self.slices) > _BUFFER_LIMIT:
+            self._save()
+        self._step_start = time.perf_counter_ns()
+
+    def stop(self, error: BaseException | None = None, exit_code: int | None = None) -> Manifest:
+        """Stop every collector, write everything, and close the run.
+
+        Args:
+            error: what ended the profiled code, if it did not end normally.
+            exit_code: the profiled program's exit code, when it is one.
+
+        Returns:
+            The final manifest.
+        """
+        global _active
+        if not self._started:
+            return self.manifest
+        self._started = False
+        _active = None
+        self._restore_signal_handler()
+        if self.action.records:
+            self._record_step(self._step_start, time.perf_counter_ns())
+        self.manifest.end_ns = time.time_ns()
+        for collector in reversed(self._collectors):
+            try:
+                collector.stop()
+            except Exception as failure:  # one collector's failure must not lose the others' data
+                note = f"failed while stopping: {type(failure).__name__}: {failure}"
+                self._info(collector.name).notes.append(note)
+                print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)
+        self._save()
+        counts, report = self._writer.compact()
+        self.manifest.counts = counts
+        self.manifest.normalised = report.as_counts()
+        self.manifest.status = status_for(error)
+        self.manifest.exit_code = exit_code
+        if error is not None and self.manifest.status is not RunStatus.COMPLETE:
+            self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        self.manifest.write(self.run_dir)
+        return self.manifest
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(exc)
+
+    # --- recording ----------------------------------------------------------------------
+
+    def record_region(self, name_code: int, start: int, end: int) -> None:
+        """Keep one user region timed with ``perf_counter_ns`` (see :mod:`dlprof.region`)."""
+        self.slices.record(self.region_kind, name_code, threading.get_native_id(), start, end)
+
+    def _record_step(self, start: int, end: int) -> None:
+        code = self.slices.intern(STEP_NAME.format(self.step_number))
+        self.slices.record(self._step_kind, code, threading.get_native_id(), start, end)
+
+    def _save(self) -> None:
+        for collector in self._collectors:
+            collector.save()
+        self.sink.append_slices(self.slices.drain(), "session")
+
+    def _info(self, name: str) -> CollectorInfo:
+        return next(info for info in self.manifest.collectors if info.name == name)
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def _install_signal_handler(self) -> None:
+        """Turn SIGTERM into an exception, so the program unwinds and the run is saved."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
+
+    def _restore_signal_handler(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None

@@ -1,0 +1,32 @@
+"""Slice ids that are unique across every rank and process of a job without any coordination.
+
+An id is ``rank << 47 | slot << 39 | sequence``: 16 bits of rank, 8 bits of writer slot (one per
+process or per source within a rank), 39 bits of sequence. Tools that merge ranks can therefore
+concatenate tables without renumbering.
+"""
+
+from __future__ import annotations
+
+RANK_SHIFT = 47
+SLOT_SHIFT = 39
+MAX_RANK = (1 << 16) - 1
+MAX_SLOT = (1 << 8) - 1
+MAX_SEQUENCE = (1 << SLOT_SHIFT) - 1
+
+# Fixed slots, so a converter in another process can number its rows without asking.
+SLOT_SESSION = 0  # steps, regions, modules: recorded by dlprof in the profiled process
+SLOT_KINETO = 1  # ops and kernels converted from torch.profiler's trace
+SLOT_IMPORT = 2  # slices imported from a foreign trace file
+
+
+def id_base(rank: int, slot: int) -> int:
+    """The first id of a (rank, slot) range."""
+    if not 0 <= rank <= MAX_RANK:
+        raise ValueError(f"rank {rank} is outside 0..{MAX_RANK}")
+    if not 0 <= slot <= MAX_SLOT:
+        raise ValueError(f"slot {slot} is outside 0..{MAX_SLOT}")
+    return (rank << RANK_SHIFT) | (slot << SLOT_SHIFT)
+
+
+def rank_of(slice_id: int) -> int:
+    return slice_id >> RANK_SHIFT

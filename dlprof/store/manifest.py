@@ -1,0 +1,145 @@
+"""``run.json``: what a run is, beside the data it holds.
+
+The manifest is rewritten whole (to a temporary name, then renamed) each time it changes, so a
+reader always finds either the old or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dlprof.keys import RunStatus
+from dlprof.store.schema import SCHEMA_VERSION
+
+MANIFEST_NAME = "run.json"
+
+
+@dataclass
+class CollectorInfo:
+    """One collector as the run used it."""
+
+    name: str
+    version: str = ""
+    active: bool = True
+    # What it could not do here, in words: "no CUDA device: kernels not recorded".
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClockDomain:
+    """How one source's timestamps were mapped onto epoch nanoseconds."""
+
+    name: str
+    method: str
+    offset_ns: int = 0
+    # The offsets consistent with what was measured; offset_ns is chosen inside them.
+    bounds_ns: tuple[int, int] | None = None
+
+
+@dataclass
+class HostInfo:
+    """The machine a rank ran on, as TAU records a trial's host."""
+
+    hostname: str = ""
+    os: str = ""
+    python: str = ""
+    cpu_model: str = ""
+    cpu_cores: int = 0
+    memory_bytes: int = 0
+
+    @classmethod
+    def this_machine(cls) -> HostInfo:
+        return cls(
+            hostname=socket.gethostname(),
+            os=f"{platform.system()} {platform.release()}",
+            python=platform.python_version(),
+            cpu_model=_cpu_model(),
+            cpu_cores=os.cpu_count() or 0,
+            memory_bytes=psutil.virtual_memory().total,
+        )
+
+
+@dataclass
+class Manifest:
+    """Everything about a run that is not an event."""
+
+    name: str
+    command: list[str]
+    status: RunStatus = RunStatus.RUNNING
+    schema_version: int = SCHEMA_VERSION
+    start_ns: int = 0
+    end_ns: int = 0
+    exit_code: int | None = None
+    error: str = ""
+    writer_pid: int = 0
+    host: HostInfo = field(default_factory=HostInfo)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    collectors: list[CollectorInfo] = field(default_factory=list)
+    clocks: list[ClockDomain] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=lambda: [0])
+    world_size: int = 1
+    schedule: str = ""
+    # Rows per table, filled when the run is compacted.
+    counts: dict[str, int] = field(default_factory=dict)
+    # What normalising the slices changed, e.g. {"clipped_to_parent": 3}.
+    normalised: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns) if self.end_ns else 0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        """Build a manifest from parsed JSON, ignoring keys a newer writer may have added."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
+        values["host"] = HostInfo(**_known(HostInfo, values.get("host", {})))
+        values["collectors"] = [
+            CollectorInfo(**_known(CollectorInfo, c)) for c in values.get("collectors", [])
+        ]
+        clocks = []
+        for c in values.get("clocks", []):
+            c = _known(ClockDomain, c)
+            if c.get("bounds_ns") is not None:
+                c["bounds_ns"] = tuple(c["bounds_ns"])
+            clocks.append(ClockDomain(**c))
+        values["clocks"] = clocks
+        return cls(**values)
+
+    def write(self, run_dir: Path) -> None:
+        path = run_dir / MANIFEST_NAME
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(self.to_json())
+        partial.replace(path)
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Manifest:
+        return cls.from_dict(json.loads((run_dir / MANIFEST_NAME).read_text()))
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

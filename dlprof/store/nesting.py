@@ -1,0 +1,179 @@
+"""Nesting of slices within one thread or stream: depth, parent, self time, computed once.
+
+Every table the views print is then a group-by, not a tree walk. Real traces break nesting
+(overlapping kernels on one stream, a child a few nanoseconds longer than its parent, identical
+timestamps); this is the one place that decides, and it counts what it changed so the manifest
+can say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dlprof.keys import NESTING_ORDER
+
+_UNRANKED = max(NESTING_ORDER.values()) + 1
+
+
+@dataclass
+class NestingReport:
+    """What :func:`nest_slices` changed to make the slices nest."""
+
+    clipped_to_parent: int = 0
+    negative_durations: int = 0
+
+    def as_counts(self) -> dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if v}
+
+
+@dataclass
+class _Tracks:
+    """Slices sorted so that each track's slices come in start order, outer before inner."""
+
+    order: np.ndarray
+    track_change: np.ndarray = field(repr=False)
+
+
+def _sort(table: pa.Table) -> _Tracks:
+    pid = table.column("pid").to_numpy(zero_copy_only=False)
+    tid = table.column("tid").to_numpy(zero_copy_only=False)
+    device = _codes(table.column("device"))
+    start = table.column("start_ns").to_numpy(zero_copy_only=False)
+    dur = table.column("dur_ns").to_numpy(zero_copy_only=False)
+    kinds = table.column("kind").combine_chunks()
+    if isinstance(kinds, pa.DictionaryArray):
+        rank_of_kind = np.array(
+            [NESTING_ORDER.get(k, _UNRANKED) for k in kinds.dictionary.to_pylist()] or [0],
+            dtype=np.int8,
+        )
+        priority = rank_of_kind[kinds.indices.fill_null(0).to_numpy(zero_copy_only=False)]
+    else:
+        priority = np.array([NESTING_ORDER.get(k, _UNRANKED) for k in kinds.to_pylist()])
+    order = np.lexsort((priority, -dur, start, tid, device, pid))
+    keys = np.stack([pid[order], device[order], tid[order]])
+    change = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        change[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+    return _Tracks(order=order, track_change=change)
+
+
+def _codes(column: pa.ChunkedArray) -> np.ndarray:
+    """Integer codes for a (dictionary or plain) string column, equal strings equal codes."""
+    values = column.combine_chunks()
+    if isinstance(values, pa.DictionaryArray):
+        values = values.dictionary_decode()
+    return np.asarray(pc.dictionary_encode(values.fill_null("")).indices)
+
+
+def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
+    """Compute depth, parent_id and self_ns for every slice, clipping children to their parent.
+
+    Args:
+        table: slices of any number of processes, threads and streams, in any order; ``id``,
+            ``pid``, ``tid``, ``device``, ``kind``, ``start_ns`` and ``dur_ns`` must be set.
+
+    Returns:
+        The same slices sorted by (pid, device, tid, start), with ``dur_ns`` clipped to the
+        parent's end where a child overran it, and ``depth``, ``parent_id``, ``self_ns`` set;
+        and a report of what was changed.
+    """
+    report = NestingReport()
+    n = table.num_rows
+    if n == 0:
+        return table, report
+    dur_in = table.column("dur_ns").to_numpy(zero_copy_only=False).copy()
+    negative = dur_in < 0
+    report.negative_durations = int(negative.sum())
+    dur_in[negative] = 0
+    table = table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur_in))
+    tracks = _sort(table)
+    order = tracks.order
+    start = table.column("start_ns").to_numpy(zero_copy_only=False)[order].tolist()
+    end = (table.column("start_ns").to_numpy(zero_copy_only=False) + dur_in)[order].tolist()
+    change = tracks.track_change.tolist()
+
+    parent = [-1] * n
+    depth = [0] * n
+    clipped = 0
+    stack: list[int] = []
+    for i in range(n):
+        if change[i]:
+            stack.clear()
+        s = start[i]
+        while stack and s >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            top = stack[-1]
+            parent[i] = top
+            depth[i] = len(stack)
+            if end[i] > end[top]:
+                end[i] = end[top]
+                clipped += 1
+        stack.append(i)
+    report.clipped_to_parent = clipped
+
+    sorted_table = table.take(pa.array(order))
+    dur = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)
+    parent_pos = np.asarray(parent, dtype=np.int64)
+    has_parent = parent_pos >= 0
+    child_total = np.zeros(n, dtype=np.int64)
+    np.add.at(child_total, parent_pos[has_parent], dur[has_parent])
+    self_ns = np.maximum(dur - child_total, 0)
+    ids = sorted_table.column("id").to_numpy(zero_copy_only=False)
+    parent_id = pa.array(np.where(has_parent, ids[np.maximum(parent_pos, 0)], 0), mask=~has_parent)
+
+    for name, values in (
+        ("dur_ns", pa.array(dur)),
+        ("depth", pa.array(np.asarray(depth, dtype=np.int16))),
+        ("parent_id", parent_id),
+        ("self_ns", pa.array(self_ns)),
+    ):
+        sorted_table = sorted_table.set_column(
+            sorted_table.schema.get_field_index(name), name, values.cast(sorted_table.schema.field(name).type)
+        )
+    return sorted_table, report
+
+
+def innermost_containing(
+    starts: np.ndarray, ends: np.ndarray, points: np.ndarray
+) -> np.ndarray:
+    """For each point in time, the index of the innermost interval that contains it, or -1.
+
+    The intervals must nest (as they do on one thread after :func:`nest_slices`).
+
+    Args:
+        starts: interval starts.
+        ends: interval ends (exclusive).
+        points: the instants to place.
+
+    Returns:
+        An array as long as ``points`` of indices into ``starts``.
+    """
+    result = np.full(len(points), -1, dtype=np.int64)
+    if len(starts) == 0 or len(points) == 0:
+        return result
+    interval_order = np.lexsort((-(ends - starts), starts)).tolist()
+    point_order = np.argsort(points, kind="stable").tolist()
+    start_list = starts.tolist()
+    end_list = ends.tolist()
+    point_list = points.tolist()
+    stack: list[int] = []
+    j = 0
+    n_intervals = len(interval_order)
+    for p in point_order:
+        t = point_list[p]
+        while j < n_intervals and start_list[interval_order[j]] <= t:
+            k = interval_order[j]
+            while stack and start_list[k] >= end_list[stack[-1]]:
+                stack.pop()
+            stack.append(k)
+            j += 1
+        while stack and t >= end_list[stack[-1]]:
+            stack.pop()
+        if stack:
+            result[p] = stack[-1]
+    return result

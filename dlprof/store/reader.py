@@ -1,0 +1,172 @@
+"""Reading a run directory into pandas DataFrames, without the collectors that wrote it.
+
+    run = dlprof.load("dlprof-runs/20261122-101500-train")
+    run.slices.groupby("name").dur_ns.sum()
+
+A run killed before it was compacted is read from its chunks and nested on the way in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dlprof.keys import RunStatus, StoreTable
+from dlprof.store.manifest import MANIFEST_NAME, Manifest
+from dlprof.store.nesting import nest_slices
+from dlprof.store.schema import SCHEMAS, SCHEMA_VERSION
+from dlprof.store.writer import CHUNK_GLOB, PART_NAME, read_chunks
+
+
+class RunError(Exception):
+    """A run cannot be read; the message is one line a person can act on."""
+
+
+@dataclass
+class Run:
+    """A loaded run: its manifest and its tables, each read on first use."""
+
+    path: Path
+    manifest: Manifest
+    _arrow: dict[StoreTable, pa.Table] = field(default_factory=dict, repr=False)
+
+    @property
+    def status(self) -> RunStatus:
+        """The manifest's status, or ``killed`` if it says running and its writer is gone."""
+        status = self.manifest.status
+        if status is RunStatus.RUNNING and not _writer_alive(self.manifest):
+            return RunStatus.KILLED
+        return status
+
+    def arrow(self, table: StoreTable) -> pa.Table:
+        """One table as Arrow, with a ``rank`` column taken from the partition directories."""
+        if table not in self._arrow:
+            self._arrow[table] = _read_table(self.path, table)
+        return self._arrow[table]
+
+    def _frame(self, table: StoreTable) -> pd.DataFrame:
+        return _to_pandas(self.arrow(table))
+
+    @cached_property
+    def slices(self) -> pd.DataFrame:
+        return self._frame(StoreTable.SLICES)
+
+    @cached_property
+    def counters(self) -> pd.DataFrame:
+        return self._frame(StoreTable.COUNTERS)
+
+    @cached_property
+    def metrics(self) -> pd.DataFrame:
+        return self._frame(StoreTable.METRICS)
+
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        return self._frame(StoreTable.MEMORY)
+
+
+def load(path: str | os.PathLike[str]) -> Run:
+    """Open a run directory.
+
+    Args:
+        path: the run directory (the one holding ``run.json``).
+
+    Returns:
+        The run; its tables are read when first used.
+
+    Raises:
+        RunError: the directory is not a run, or its manifest cannot be read.
+    """
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir}: no such run directory")
+    if not (run_dir / MANIFEST_NAME).is_file():
+        raise RunError(f"{run_dir}: not a dlprof run (no {MANIFEST_NAME})")
+    try:
+        manifest = Manifest.read(run_dir)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise RunError(f"{run_dir / MANIFEST_NAME}: unreadable manifest ({error})") from None
+    if manifest.schema_version > SCHEMA_VERSION:
+        raise RunError(
+            f"{run_dir}: written by a newer dlprof (schema {manifest.schema_version}, "
+            f"this one reads up to {SCHEMA_VERSION})"
+        )
+    return Run(path=run_dir, manifest=manifest)
+
+
+def _writer_alive(manifest: Manifest) -> bool:
+    if manifest.host.hostname and manifest.host.hostname != socket.gethostname():
+        return True  # cannot tell from here; trust the manifest
+    if manifest.writer_pid <= 0:
+        return False
+    try:
+        os.kill(manifest.writer_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rank_dirs(run_dir: Path, table: StoreTable) -> list[tuple[int, Path]]:
+    table_dir = run_dir / str(table)
+    if not table_dir.is_dir():
+        return []
+    found = []
+    for directory in table_dir.iterdir():
+        key, _, value = directory.name.partition("=")
+        if directory.is_dir() and key == "rank" and value.isdigit():
+            found.append((int(value), directory))
+    return sorted(found)
+
+
+def _read_table(run_dir: Path, table: StoreTable) -> pa.Table:
+    schema = SCHEMAS[table]
+    parts = []
+    for rank, directory in _rank_dirs(run_dir, table):
+        part = directory / PART_NAME
+        try:
+            if part.exists():
+                data = pq.read_table(part)
+            else:
+                data = read_chunks(sorted(directory.glob(CHUNK_GLOB)), schema)
+                if table is StoreTable.SLICES:
+                    data, _ = nest_slices(data)
+        except (pa.ArrowInvalid, OSError) as error:
+            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise RunError(f"{directory}: damaged Parquet file ({detail})") from None
+        rank_column = pa.array([rank] * data.num_rows, pa.int32())
+        parts.append(data.append_column("rank", rank_column))
+    if not parts:
+        return schema.empty_table().append_column("rank", pa.array([], pa.int32()))
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+_PANDAS_TYPES = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+}
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow to pandas with nullable integers (ids exceed float precision) and plain strings."""
+    columns = []
+    for column in table.itercolumns():
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(pa.string())
+        columns.append(column)
+    plain = pa.Table.from_arrays(columns, names=table.column_names)
+    return plain.to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+def args_of(value: str | None) -> dict[str, object]:
+    """The ``args`` JSON of one slice as a dict (empty when there is none)."""
+    return json.loads(value) if value else {}

@@ -1,0 +1,118 @@
+"""Fixed-shape columnar buffers for the slices dlprof times itself (steps, regions, modules).
+
+The hot path appends integers to ``array.array`` columns under one lock: no dicts, no strings
+built per event. Names are interned once. :meth:`SliceBuffer.drain` turns what was recorded
+into an Arrow table for the sink.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+
+import numpy as np
+import pyarrow as pa
+
+from dlprof.store.ids import SLOT_SESSION, id_base
+
+
+class SliceBuffer:
+    """Slices recorded in this process, with ids from the session's slot."""
+
+    def __init__(self, rank: int, pid: int, to_epoch_ns: int) -> None:
+        """Args:
+        rank: the rank the ids are numbered under.
+        pid: the process the slices belong to.
+        to_epoch_ns: added to ``perf_counter_ns`` readings to give epoch nanoseconds.
+        """
+        self.pid = pid
+        self.to_epoch_ns = to_epoch_ns
+        self._next_id = id_base(rank, SLOT_SESSION)
+        self._lock = threading.Lock()
+        self._names: dict[str, int] = {}
+        self._kinds: dict[str, int] = {}
+        self._new_columns()
+
+    def _new_columns(self) -> None:
+        self._id = array("q")
+        self._name = array("i")
+        self._kind = array("b")
+        self._tid = array("q")
+        self._start = array("q")
+        self._end = array("q")
+        self._bytes = array("q")
+
+    def intern(self, name: str) -> int:
+        """The integer code of a name; call once per distinct name, off the hot path if you can."""
+        code = self._names.get(name)
+        if code is None:
+            with self._lock:
+                code = self._names.setdefault(name, len(self._names))
+        return code
+
+    def kind_code(self, kind: str) -> int:
+        code = self._kinds.get(kind)
+        if code is None:
+            with self._lock:
+                code = self._kinds.setdefault(kind, len(self._kinds))
+        return code
+
+    def record(
+        self, kind_code: int, name_code: int, tid: int, start: int, end: int, nbytes: int = -1
+    ) -> int:
+        """Append one slice timed with ``perf_counter_ns``; returns its id.
+
+        ``nbytes`` of -1 means "not measured".
+        """
+        with self._lock:
+            slice_id = self._next_id
+            self._next_id += 1
+            self._id.append(slice_id)
+            self._name.append(name_code)
+            self._kind.append(kind_code)
+            self._tid.append(tid)
+            self._start.append(start)
+            self._end.append(end)
+            self._bytes.append(nbytes)
+        return slice_id
+
+    def __len__(self) -> int:
+        return len(self._id)
+
+    def drain(self) -> pa.Table:
+        """Everything recorded since the last drain, as slices with epoch timestamps."""
+        with self._lock:
+            ids, names, kinds, tids = self._id, self._name, self._kind, self._tid
+            starts, ends, nbytes = self._start, self._end, self._bytes
+            self._new_columns()
+            name_values = list(self._names)
+            kind_values = list(self._kinds)
+        start = np.frombuffer(starts, dtype=np.int64) + self.to_epoch_ns
+        dur = np.frombuffer(ends, dtype=np.int64) - np.frombuffer(starts, dtype=np.int64)
+        byte_values = np.frombuffer(nbytes, dtype=np.int64)
+        dict_type = pa.dictionary(pa.int32(), pa.string())
+        return pa.table(
+            {
+                "id": pa.array(np.frombuffer(ids, dtype=np.int64)),
+                "pid": pa.array(np.full(len(ids), self.pid, dtype=np.int64)),
+                "tid": pa.array(np.frombuffer(tids, dtype=np.int64)),
+                "device": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(len(ids), dtype=np.int32)), pa.array(["cpu"])
+                ).cast(dict_type),
+                "kind": pa.DictionaryArray.from_arrays(
+                    pa.array(np.frombuffer(kinds, dtype=np.int8).astype(np.int32)),
+                    pa.array(kind_values, pa.string()),
+                ),
+                "category": pa.DictionaryArray.from_arrays(
+                    pa.array(np.frombuffer(kinds, dtype=np.int8).astype(np.int32)),
+                    pa.array([f"dlprof_{k}" for k in kind_values], pa.string()),
+                ),
+                "name": pa.DictionaryArray.from_arrays(
+                    pa.array(np.frombuffer(names, dtype=np.int32)),
+                    pa.array(name_values, pa.string()),
+                ),
+                "start_ns": pa.array(start),
+                "dur_ns": pa.array(dur),
+                "bytes": pa.array(byte_values, mask=byte_values < 0),
+            }
+        )

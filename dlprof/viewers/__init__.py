@@ -1,0 +1,1 @@
+"""Views: render analysis results for a person; they compute nothing of their own."""

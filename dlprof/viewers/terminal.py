@@ -1,0 +1,97 @@
+"""Tables for a terminal (rich), and the same tables as CSV or JSON for scripts."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import TextIO
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from dlprof.keys import TableFormat
+
+_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"), (1, "ns"))
+
+# How each known column is shown: header, and whether it is a time, a percentage, a count.
+_HEADERS = {
+    "name": "Name",
+    "input_shapes": "Input shapes",
+    "calls": "Calls",
+    "total_ns": "Total",
+    "self_ns": "Self",
+    "self_pct": "Self %",
+    "cum_pct": "Cum %",
+    "avg_ns": "Avg",
+    "min_ns": "Min",
+    "max_ns": "Max",
+    "bytes": "Bytes",
+    "flops": "FLOPs",
+    "device_ns": "Device",
+}
+
+
+def _time_unit(values: pd.Series) -> tuple[int, str]:
+    largest = float(values.abs().max()) if len(values) else 0.0
+    for scale, unit in _TIME_UNITS:
+        if largest >= scale * 10:
+            return scale, unit
+    return 1, "ns"
+
+
+def _count(value: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{suffix}"
+    return f"{int(value)}"
+
+
+def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
+    """A column's header and its cells as text, in one unit per column."""
+    header = _HEADERS.get(name, name)
+    if name.endswith("_ns"):
+        scale, unit = _time_unit(values)
+        return f"{header} ({unit})", [f"{v / scale:,.3f}" for v in values]
+    if name.endswith("_pct"):
+        return header, [f"{v:.2f}" for v in values]
+    if name in ("bytes", "flops"):
+        return header, ["" if not v else _count(v) for v in values]
+    return header, [str(v) for v in values]
+
+
+def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> None:
+    """Print a DataFrame as an aligned table with a title."""
+    stream = out or sys.stdout
+    # Off a terminal (a pipe, a file) nothing limits the width: keep names whole.
+    width = None if stream.isatty() else 220
+    console = Console(file=stream, width=width, highlight=False)
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    cells: list[list[str]] = []
+    for column in frame.columns:
+        header, values = format_column(column, frame[column])
+        numeric = column not in ("name", "input_shapes")
+        if numeric:
+            table.add_column(header, justify="right", no_wrap=True)
+        else:
+            table.add_column(header, justify="left", overflow="fold", ratio=1, min_width=24)
+        cells.append(values)
+    for row in zip(*cells):
+        table.add_row(*row)
+    console.print(table)
+
+
+def write_table(frame: pd.DataFrame, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
+    """Print ``frame`` in the chosen format: a table for a person, CSV or JSON for a script."""
+    stream = out or sys.stdout
+    if fmt is TableFormat.TABLE:
+        render_table(frame, title, stream)
+    elif fmt is TableFormat.CSV:
+        buffer = io.StringIO()
+        frame.to_csv(buffer, index=False)
+        stream.write(buffer.getvalue())
+    else:
+        records = json.loads(frame.to_json(orient="records"))
+        stream.write(json.dumps(records, indent=1) + "\n")
