@@ -1,0 +1,40 @@
+"""Shared fixtures: small real runs, made once per test session with real PyTorch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dlprof
+
+
+def profile_tiny_cnn(out: Path, steps: int = 6, collectors: tuple[str, ...] = ("torch", "layers", "host"),
+                     schedule: str | None = None) -> Path:
+    """Train a tiny CNN for a few steps under dlprof, with nested regions; returns the run dir."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(4 * 14 * 14, 10),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, labels = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    with dlprof.profile(out=out, collectors=collectors, schedule=schedule) as prof:
+        for _ in range(steps):
+            with dlprof.region("train_step"):
+                with dlprof.region("forward"):
+                    loss = nn.functional.cross_entropy(model(inputs), labels)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            prof.step()
+    return out
+
+
+@pytest.fixture(scope="session")
+def cnn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete run of a tiny CNN: ops, layers, regions, steps, memory, host counters."""
+    return profile_tiny_cnn(tmp_path_factory.mktemp("runs") / "cnn")
