@@ -22,9 +22,6 @@ from dlprof.config import ProfileConfig
 from dlprof.session import Interrupted, Session
 from dlprof.store.manifest import Manifest
 
-_DLPROF_DIR = str(Path(__file__).resolve().parent)
-
-
 class TargetError(Exception):
     """The script or module to run cannot be found."""
 
@@ -124,10 +121,10 @@ def _exit_code(exit_request: SystemExit) -> int:
 def _print_user_traceback(error: BaseException) -> None:
     """Print the traceback from the first frame outside dlprof and runpy."""
     tb: TracebackType | None = error.__traceback__
-    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+    while tb is not None and _is_ours(str(tb.tb_frame.f_globals.get("__name__", ""))):
         tb = tb.tb_next
     traceback.print_exception(type(error), error, tb)
 
 
-def _is_ours(filename: str) -> bool:
-    return filename.startswith(_DLPROF_DIR) or filename == runpy.__file__
+def _is_ours(module: str) -> bool:
+    return module == "runpy" or module == "dlprof" or module.startswith("dlprof.")

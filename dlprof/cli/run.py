@@ -71,6 +71,7 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
+    chosen = _collectors(collectors)
     try:
         parsed_schedule = Schedule.parse(schedule) if schedule else None
         target.check()
@@ -79,7 +80,7 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
     config = ProfileConfig(
         out=Path(out) if out else None,
         name=target.label,
-        collectors=_collectors(collectors),
+        collectors=chosen,
         schedule=parsed_schedule,
         auto_steps=not no_auto_steps,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),

@@ -78,6 +78,10 @@ class LayersCollector(Collector):
         if not self._context.action.records:
             return
         stack = self._stack()
+        if not stack and module not in self._names:
+            # The outermost module names every layer below it by its path.
+            for path, child in module.named_modules():
+                self._name(child, path or type(module).__name__)
         parent = stack[-1][1] if stack else -1
         index = self._calls.open(parent, _first_grad_fn(args))
         stack.append((time.perf_counter_ns(), index))
@@ -88,21 +92,12 @@ class LayersCollector(Collector):
             return  # recording began inside this module's forward
         end = time.perf_counter_ns()
         start, index = stack.pop()
-        forward_code, backward_code = self._codes(module, root=not stack)
+        forward_code, backward_code = self._names.get(module) or self._name(module, type(module).__name__)
         tid = threading.get_native_id()
         self._slices.record(self._kind, forward_code, tid, start, end, _tensor_bytes(output))
         self._calls.name[index] = backward_code
         if self._torch.is_grad_enabled():
             self._watch_backward(index, output)
-
-    def _codes(self, module: Any, root: bool) -> tuple[int, int]:
-        codes = self._names.get(module)
-        if codes is None:
-            if root:
-                for path, child in module.named_modules():
-                    self._name(child, path or type(module).__name__)
-            codes = self._names.get(module) or self._name(module, type(module).__name__)
-        return codes
 
     def _name(self, module: Any, path: str) -> tuple[int, int]:
         label = f"{path} ({type(module).__name__})"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ class TorchCollector(Collector):
         self._clock_offsets: list[int] = []
         self._marker: tuple[int, int] | None = None
         self._background = _BackgroundConverter(self)
+        # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         self._profiler: Any = profile(
             activities=activities,
             schedule=lambda step: torch_action[schedule.action(step)],

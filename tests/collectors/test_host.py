@@ -1,0 +1,23 @@
+"""The host sampler: real psutil readings into the counters table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import dlprof
+
+
+def test_host_samples_cpu_and_memory(tmp_path: Path) -> None:
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+        deadline = time.perf_counter() + 0.5
+        ballast = []
+        while time.perf_counter() < deadline:
+            ballast.append(bytearray(1 << 16))
+    counters = dlprof.load(tmp_path / "run").counters
+    rss = counters[counters["track"] == "host.rss"]
+    cpu = counters[counters["track"] == "host.cpu_percent"]
+    assert len(rss) >= 3
+    assert (rss["value"] > 10 << 20).all() and set(rss["unit"]) == {"bytes"}
+    assert cpu["value"].max() > 20, "a busy loop shows as CPU use"
+    assert rss["ts_ns"].is_monotonic_increasing

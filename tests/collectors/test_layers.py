@@ -1,0 +1,55 @@
+"""The layer view on real modules, in-place ones included, with and without the torch collector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dlprof
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+from torch import nn  # noqa: E402
+
+
+def profile_layers(out: Path, collectors: tuple[str, ...] = ("layers",)) -> dlprof.Run:
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(inplace=True), nn.Linear(64, 4))
+    x = torch.randn(16, 32)
+    with dlprof.profile(out=out, collectors=collectors) as prof:
+        for _ in range(3):
+            model(x).sum().backward()
+            prof.step()
+        with torch.no_grad():
+            model(x)
+    return dlprof.load(out)
+
+
+def test_forward_and_backward_per_layer_with_inplace_relu(tmp_path: Path) -> None:
+    run = profile_layers(tmp_path / "run")
+    modules = run.slices[run.slices["kind"] == "module"]
+    counts = modules["name"].value_counts()
+    for layer in ("0 (Linear)", "1 (ReLU)", "2 (Linear)", "Sequential (Sequential)"):
+        assert counts[f"{layer} forward"] == 4, layer
+        assert counts[f"{layer} backward"] == 3, layer
+    assert set(run.slices["kind"]) == {"module", "step"}, "no ops without the torch collector"
+
+
+def test_layer_backward_spans_nest_and_forward_bytes_are_outputs(tmp_path: Path) -> None:
+    run = profile_layers(tmp_path / "run")
+    modules = run.slices[run.slices["kind"] == "module"].set_index("id")
+    first = modules[modules["name"] == "0 (Linear) forward"].iloc[0]
+    assert first["bytes"] == 16 * 64 * 4
+    backward = modules[modules["name"].str.endswith("backward")]
+    assert (backward["dur_ns"] > 0).all()
+    container = backward[backward["name"] == "Sequential (Sequential) backward"].iloc[0]
+    inner = backward[backward["name"] == "2 (Linear) backward"].iloc[0]
+    assert container["start_ns"] <= inner["start_ns"]
+    assert inner["start_ns"] + inner["dur_ns"] <= container["start_ns"] + container["dur_ns"]
+
+
+def test_layers_beside_torch_collector_nest_ops_inside_layers(tmp_path: Path) -> None:
+    run = profile_layers(tmp_path / "run", collectors=("torch", "layers"))
+    slices = run.slices.set_index("id")
+    addmm = slices[slices["name"] == "aten::linear"]
+    parents = slices.loc[addmm["parent_id"].dropna().astype("int64"), "name"]
+    assert parents.str.endswith("(Linear) forward").mean() > 0.9

@@ -1,0 +1,112 @@
+"""The torch collector on real PyTorch runs: ops, shapes, FLOPs, memory, steps, schedules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dlprof
+from dlprof.keys import RunStatus
+from tests.conftest import profile_tiny_cnn
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+
+
+def test_ops_carry_shapes_and_nest_under_regions_and_steps(cnn_run: Path) -> None:
+    run = dlprof.load(cnn_run)
+    assert run.status is RunStatus.COMPLETE
+    slices = run.slices
+    conv = slices[slices["name"] == "aten::conv2d"]
+    assert len(conv) == 6, "one conv2d per step"
+    assert conv["input_shapes"].iloc[0].startswith("[[8,1,28,28],[4,1,3,3]")
+    by_id = slices.set_index("id")
+
+    def ancestors(slice_id: int) -> list[str]:
+        names = []
+        parent = by_id.loc[slice_id, "parent_id"]
+        while parent is not None and not (isinstance(parent, float) or parent is pd_na()):
+            names.append(by_id.loc[parent, "name"])
+            parent = by_id.loc[parent, "parent_id"]
+        return names
+
+    chain = ancestors(conv["id"].iloc[0])
+    assert "forward" in chain and "train_step" in chain
+    assert chain[-1].startswith("ProfilerStep#")
+    assert not slices["name"].str.contains("dlprof::clock_sync").any()
+
+
+def pd_na() -> object:
+    import pandas as pd
+
+    return pd.NA
+
+
+def test_flops_match_torch_profiler(cnn_run: Path) -> None:
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(8, 1, 28, 28)
+    conv, linear = nn.Conv2d(1, 4, 3, padding=1), nn.Linear(4 * 14 * 14, 10)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        linear(torch.flatten(nn.functional.max_pool2d(conv(x), 2), 1))
+    expected = {e.key: e.flops // e.count for e in prof.key_averages() if e.flops}
+    slices = dlprof.load(cnn_run).slices
+    for name in ("aten::conv2d", "aten::addmm"):
+        ours = slices.loc[slices["name"] == name, "flops"].iloc[0]
+        assert ours == expected[name], name
+
+
+def test_memory_allocations_are_recorded_and_attributed_to_ops(cnn_run: Path) -> None:
+    run = dlprof.load(cnn_run)
+    memory = run.memory
+    assert (memory["bytes"] > 0).any() and (memory["bytes"] < 0).any()
+    attributed = memory.dropna(subset=["slice_id"])
+    assert len(attributed) > len(memory) // 2
+    owners = set(attributed["slice_id"]) & set(run.slices["id"])
+    assert owners, "slice ids in the memory table point at slices"
+    ops = run.slices[run.slices["kind"] == "op"]
+    assert ops["bytes"].sum() > 0
+
+
+def test_manifest_records_collectors_and_clocks(cnn_run: Path) -> None:
+    manifest = dlprof.load(cnn_run).manifest
+    torch_info = next(c for c in manifest.collectors if c.name == "torch")
+    assert torch_info.active and torch_info.version.startswith("2.")
+    if not torch.cuda.is_available():
+        assert any("no CUDA" in note for note in torch_info.notes)
+    kineto = next(c for c in manifest.clocks if c.name == "kineto")
+    low, high = kineto.bounds_ns
+    assert low <= kineto.offset_ns <= high or low > high
+
+
+def test_schedule_records_only_active_steps(tmp_path: Path) -> None:
+    # skip 1, wait 1, warm up 1, record 2, once: steps 3 and 4 are recorded.
+    run = dlprof.load(profile_tiny_cnn(tmp_path / "run", steps=7, schedule="1,1,1,2,1"))
+    slices = run.slices
+    steps = sorted(slices.loc[slices["kind"] == "step", "name"])
+    assert steps == ["ProfilerStep#3", "ProfilerStep#4"]
+    assert (slices.loc[slices["name"] == "aten::conv2d"].shape[0]) == 2
+    assert (slices.loc[slices["name"] == "train_step"].shape[0]) == 2
+    step_spans = slices[slices["kind"] == "step"][["start_ns", "dur_ns"]]
+    first, last = step_spans["start_ns"].min(), (step_spans["start_ns"] + step_spans["dur_ns"]).max()
+    ops = slices[slices["kind"] == "op"]
+    assert ops["start_ns"].min() >= first and (ops["start_ns"] + ops["dur_ns"]).max() <= last
+
+
+def test_long_run_is_saved_in_several_cycles(tmp_path: Path) -> None:
+    from dlprof.config import ProfileConfig
+    from dlprof.session import Session
+    from torch import nn
+
+    model = nn.Linear(16, 16)
+    session = Session(ProfileConfig(out=tmp_path / "run", collectors=("torch",), flush_steps=3))
+    with session:
+        for _ in range(10):
+            model(torch.randn(4, 16)).sum().backward()
+            session.step()
+    run = dlprof.load(tmp_path / "run")
+    assert (run.slices["name"] == "aten::linear").sum() == 10
+    assert not (tmp_path / "run" / "kineto" / "rank=0").exists() or not any(
+        (tmp_path / "run" / "kineto" / "rank=0").iterdir()), "saved traces are removed once converted"
+    assert run.slices["id"].is_unique

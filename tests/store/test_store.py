@@ -1,0 +1,168 @@
+"""The event store: nesting, chunked writes, compaction, reading with and without dlprof."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dlprof.keys import RunStatus, StoreTable
+from dlprof.store.ids import SLOT_KINETO, SLOT_SESSION, id_base, rank_of
+from dlprof.store.manifest import Manifest
+from dlprof.store.nesting import innermost_containing, nest_slices
+from dlprof.store.reader import RunError, load
+from dlprof.store.writer import RankWriter
+
+
+def slices(rows: list[tuple[int, int, str, str, int, int]]) -> pa.Table:
+    """Rows of (id, tid, kind, name, start_ns, dur_ns) on pid 1, device cpu."""
+    ids, tids, kinds, names, starts, durs = zip(*rows)
+    return pa.table({
+        "id": pa.array(ids, pa.int64()), "pid": pa.array([1] * len(rows), pa.int64()),
+        "tid": pa.array(tids, pa.int64()), "device": pa.array(["cpu"] * len(rows)).dictionary_encode(),
+        "kind": pa.array(kinds).dictionary_encode(), "name": pa.array(names).dictionary_encode(),
+        "start_ns": pa.array(starts, pa.int64()), "dur_ns": pa.array(durs, pa.int64()),
+        "depth": pa.nulls(len(rows), pa.int16()), "parent_id": pa.nulls(len(rows), pa.int64()),
+        "self_ns": pa.nulls(len(rows), pa.int64()),
+    })
+
+
+def by_name(table: pa.Table) -> dict[str, dict[str, object]]:
+    return {row["name"]: row for row in table.to_pylist()}
+
+
+def test_nesting_sets_depth_parent_and_self_time() -> None:
+    table = slices([
+        (3, 7, "op", "child2", 150, 40),
+        (1, 7, "step", "step", 100, 100),
+        (2, 7, "op", "child1", 110, 30),
+        (4, 7, "op", "grandchild", 115, 10),
+        (5, 8, "op", "other-thread", 120, 5),
+    ])
+    nested, report = nest_slices(table)
+    rows = by_name(nested)
+    assert rows["step"]["depth"] == 0 and rows["step"]["parent_id"] is None
+    assert rows["child1"]["parent_id"] == 1 and rows["child2"]["parent_id"] == 1
+    assert rows["grandchild"]["parent_id"] == 2 and rows["grandchild"]["depth"] == 2
+    assert rows["step"]["self_ns"] == 100 - 30 - 40
+    assert rows["child1"]["self_ns"] == 20
+    assert rows["other-thread"]["depth"] == 0, "threads nest separately"
+    assert report.clipped_to_parent == 0
+
+
+def test_nesting_clips_overrunning_child_and_counts_it() -> None:
+    nested, report = nest_slices(slices([(1, 1, "op", "parent", 0, 100), (2, 1, "op", "late", 90, 50)]))
+    rows = by_name(nested)
+    assert rows["late"]["parent_id"] == 1
+    assert rows["late"]["dur_ns"] == 10
+    assert report.clipped_to_parent == 1
+
+
+def test_identical_timestamps_put_outer_kind_first() -> None:
+    nested, _ = nest_slices(slices([(1, 1, "op", "op", 0, 50), (2, 1, "region", "region", 0, 50),
+                                    (3, 1, "step", "step", 0, 50)]))
+    rows = by_name(nested)
+    assert rows["step"]["depth"] == 0
+    assert rows["region"]["parent_id"] == 3
+    assert rows["op"]["parent_id"] == 2
+
+
+def test_zero_duration_slices_do_not_swallow_followers() -> None:
+    nested, _ = nest_slices(slices([(1, 1, "op", "a", 10, 0), (2, 1, "op", "b", 10, 0),
+                                    (3, 1, "op", "outer", 20, 10), (4, 1, "op", "inside", 25, 0)]))
+    rows = by_name(nested)
+    assert rows["a"]["depth"] == 0 and rows["b"]["depth"] == 0
+    assert rows["inside"]["parent_id"] == 3
+
+
+def test_innermost_containing_finds_deepest_interval() -> None:
+    import numpy as np
+
+    starts = np.array([0, 10, 12, 50])
+    ends = np.array([100, 20, 15, 60])
+    found = innermost_containing(starts, ends, np.array([13, 11, 30, 55, 100, -1]))
+    assert found.tolist() == [2, 1, 0, 3, -1, -1]
+
+
+def test_ids_carry_rank_and_do_not_collide() -> None:
+    assert rank_of(id_base(5, SLOT_KINETO) + 12345) == 5
+    assert id_base(0, SLOT_SESSION) != id_base(0, SLOT_KINETO)
+    with pytest.raises(ValueError):
+        id_base(1 << 20, 0)
+
+
+def write_run(run_dir: Path, status: RunStatus = RunStatus.COMPLETE, pid: int | None = None) -> RankWriter:
+    Manifest(name="t", command=["t"], status=status, writer_pid=pid or os.getpid()).write(run_dir)
+    writer = RankWriter(run_dir, 0)
+    writer.write_chunk(StoreTable.SLICES, slices([(1, 1, "step", "s", 0, 100)]), "a")
+    writer.write_chunk(StoreTable.SLICES, slices([(2, 1, "op", "o", 10, 20)]), "b")
+    return writer
+
+
+def test_run_killed_before_compaction_is_read_from_chunks_and_reported_killed(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    write_run(tmp_path, RunStatus.RUNNING, pid=int(dead.stdout))
+    run = load(tmp_path)
+    assert run.status is RunStatus.KILLED
+    frame = run.slices.set_index("name")
+    assert frame.loc["o", "parent_id"] == 1, "chunks are nested when read"
+
+
+def test_compaction_merges_chunks_into_one_file(tmp_path: Path) -> None:
+    counts, _ = write_run(tmp_path).compact()
+    files = sorted(p.name for p in (tmp_path / "slices" / "rank=0").iterdir())
+    assert files == ["part-00000.parquet"]
+    assert counts["slices"] == 2
+    assert load(tmp_path).slices["depth"].tolist() == [0, 1]
+
+
+def test_run_reads_with_pyarrow_alone(cnn_run: Path) -> None:
+    code = (
+        "import sys, json, pyarrow.dataset as ds\n"
+        f"t = ds.dataset({str(cnn_run / 'slices')!r}, partitioning='hive').to_table()\n"
+        "assert 'dlprof' not in sys.modules\n"
+        "print(json.dumps({'rows': t.num_rows, 'ranks': sorted(set(t.column('rank').to_pylist())),"
+        " 'kinds': sorted(set(t.column('kind').to_pylist()))}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    seen = json.loads(out.stdout)
+    assert seen["rows"] == len(load(cnn_run).slices)
+    assert seen["ranks"] == [0]
+    assert {"op", "module", "region", "step"} <= set(seen["kinds"])
+
+
+def test_run_stores_under_40_bytes_per_event(cnn_run: Path) -> None:
+    run = load(cnn_run)
+    events = sum(run.manifest.counts.values())
+    size = sum(p.stat().st_size for p in cnn_run.rglob("*.parquet"))
+    # A tiny run pays fixed Parquet footers; the per-event figure at scale is in bench/.
+    assert events > 500
+    assert size / events < 200
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "no such run directory"),
+    (lambda d: d.mkdir(), "not a dlprof run"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text("{not json")), "unreadable manifest"),
+])
+def test_bad_run_directories_raise_one_line_errors(tmp_path: Path, setup, message: str) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "run"
+    setup(target)
+    with pytest.raises(RunError, match=message) as raised:
+        load(target)
+    assert "\n" not in str(raised.value)
+
+
+def test_truncated_parquet_is_reported_as_damaged(tmp_path: Path) -> None:
+    write_run(tmp_path).compact()
+    part = tmp_path / "slices" / "rank=0" / "part-00000.parquet"
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    with pytest.raises(RunError, match="damaged Parquet file"):
+        _ = load(tmp_path).slices
