@@ -1,0 +1,108 @@
+"""The in-code API: profile(), region() as context manager and decorator, steps, failures."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dlprof
+from dlprof.keys import RunStatus
+
+
+def test_regions_nest_as_context_managers_and_decorators(tmp_path: Path) -> None:
+    @dlprof.region("recurse")
+    def recurse(depth: int) -> None:
+        if depth:
+            recurse(depth - 1)
+
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",)) as prof:
+        with dlprof.region("outer"):
+            with dlprof.region("inner"):
+                recurse(2)
+        prof.step()
+    slices = dlprof.load(tmp_path / "run").slices.set_index("id")
+    names = slices["name"]
+    assert (names == "recurse").sum() == 3
+    deepest = slices[names == "recurse"].sort_values("depth").iloc[-1]
+    chain = []
+    parent = deepest["parent_id"]
+    while not pd.isna(parent):
+        chain.append(slices.loc[parent, "name"])
+        parent = slices.loc[parent, "parent_id"]
+    assert chain == ["recurse", "recurse", "inner", "outer", "ProfilerStep#0"]
+
+
+def test_regions_in_threads_land_on_their_own_thread(tmp_path: Path) -> None:
+    def work() -> None:
+        with dlprof.region("in-thread"):
+            sum(range(10000))
+
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    slices = dlprof.load(tmp_path / "run").slices
+    mine = slices[slices["name"] == "in-thread"]
+    assert len(mine) == 3 and mine["tid"].nunique() == 3
+    assert (mine["depth"] == 0).all()
+
+
+def test_region_without_session_is_harmless() -> None:
+    with dlprof.region("nothing"):
+        pass
+    dlprof.step()
+    with pytest.raises(ValueError):
+        dlprof.region("")
+
+
+def test_exception_inside_profile_saves_failed_run_and_propagates(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+            with dlprof.region("kept"):
+                raise RuntimeError("boom")
+    run = dlprof.load(tmp_path / "run")
+    assert run.status is RunStatus.FAILED and "boom" in run.manifest.error
+    assert "kept" in set(run.slices["name"])
+
+
+def test_keyboard_interrupt_marks_run_interrupted(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+            raise KeyboardInterrupt
+    assert dlprof.load(tmp_path / "run").status is RunStatus.INTERRUPTED
+
+
+def test_only_one_session_at_a_time(tmp_path: Path) -> None:
+    with dlprof.profile(out=tmp_path / "a", collectors=("host",)):
+        with pytest.raises(RuntimeError, match="already active"):
+            dlprof.profile(out=tmp_path / "b", collectors=("host",)).start()
+
+
+def test_unavailable_collector_is_noted_and_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlprof.collectors.host import HostCollector
+
+    monkeypatch.setattr(HostCollector, "available", classmethod(lambda cls: (False, "no host here")))
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+        with dlprof.region("still-recorded"):
+            pass
+    run = dlprof.load(tmp_path / "run")
+    (info,) = run.manifest.collectors
+    assert not info.active and info.notes == ["no host here"]
+    assert "still-recorded" in set(run.slices["name"])
+
+
+def test_schedule_string_is_validated() -> None:
+    from dlprof.schedule import Action, Schedule, ScheduleError
+
+    with pytest.raises(ScheduleError):
+        Schedule.parse("1,2,x")
+    schedule = Schedule.parse("1,1,1,2,1")
+    assert [schedule.action(i) for i in range(7)] == [
+        Action.NONE, Action.NONE, Action.WARMUP, Action.RECORD, Action.RECORD_AND_SAVE,
+        Action.NONE, Action.NONE,
+    ]
