@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast install lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,3 +29,8 @@ test-fast: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dlprof-runs .pytest_cache
+
+## Static checks: ruff and mypy --strict.
+lint: $(STAMP)
+	$(BIN)/ruff check dlprof tests
+	$(BIN)/mypy

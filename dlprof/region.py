@@ -19,10 +19,10 @@ from types import TracebackType
 from dlprof.session import active_session
 
 
-class region(ContextDecorator):  # noqa: N801  (used like a function: dlprof.region("x"))
+class region(ContextDecorator):
     """A named range recorded as a slice of kind ``region`` in the active session."""
 
-    __slots__ = ("name", "_start", "_session")
+    __slots__ = ("_session", "_start", "name")
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:

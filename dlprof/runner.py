@@ -22,6 +22,7 @@ from dlprof.config import ProfileConfig
 from dlprof.session import Interrupted, Session
 from dlprof.store.manifest import Manifest
 
+
 class TargetError(Exception):
     """The script or module to run cannot be found."""
 
@@ -95,7 +96,7 @@ def run_target(target: Target, config: ProfileConfig) -> Outcome:
     except Interrupted as interrupt:
         error, signum = interrupt, interrupt.signum
         exit_code = 128 + interrupt.signum
-    except BaseException as failure:  # the script's own error: report it as Python would
+    except BaseException as failure:  # noqa: BLE001  the script's own error: report it as Python would
         error = failure
         exit_code = 1
         _print_user_traceback(failure)

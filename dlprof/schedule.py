@@ -52,7 +52,7 @@ class Schedule:
                 f"schedule {text!r}: expected up to five non-negative integers "
                 "skip_first,wait,warmup,active,repeat (e.g. 1,1,1,3,2)"
             )
-        values = dict(zip(names, (int(p) for p in parts)))
+        values = dict(zip(names, (int(p) for p in parts), strict=False))
         schedule = cls(**{**{"active": 1}, **values}, user_given=True)
         if schedule.active < 1:
             raise ScheduleError(f"schedule {text!r}: active must be at least 1")

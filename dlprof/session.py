@@ -196,7 +196,7 @@ class Session:
         for collector in reversed(self._collectors):
             try:
                 collector.stop()
-            except Exception as failure:  # one collector's failure must not lose the others' data
+            except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
                 note = f"failed while stopping: {type(failure).__name__}: {failure}"
                 self._info(collector.name).notes.append(note)
                 print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)

@@ -129,4 +129,4 @@ def top(
 
 def kinds_present(run: Run) -> list[str]:
     """The kinds of slice the run holds, most frequent first."""
-    return run.slices["kind"].value_counts().index.tolist()
+    return [str(kind) for kind in run.slices["kind"].value_counts().index]

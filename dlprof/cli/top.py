@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import click
 
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.cli.common import UsageError, open_run, run_argument
 from dlprof.keys import GroupKey, SortKey, TableFormat
+from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
 
 HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
@@ -22,7 +25,7 @@ Examples:
 """
 
 
-def _choice(keys: type) -> click.Choice:
+def _choice(keys: type[StrEnum]) -> click.Choice[str]:
     return click.Choice([str(k) for k in keys], case_sensitive=False)
 
 
@@ -47,7 +50,7 @@ def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank
     return 0
 
 
-def print_top(loaded, kind: str, by: SortKey, group_by: GroupKey, limit: int,  # type: ignore[no-untyped-def]
+def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
     """Print a run's top table, or fail with one line saying what the run holds instead."""
     present = kinds_present(loaded)

@@ -59,7 +59,7 @@ class HostCollector(Collector):
         )
         with self._lock:
             self._times.append(now)
-            for column, value in zip(self._values, readings):
+            for column, value in zip(self._values, readings, strict=True):
                 column.append(value)
 
     def stop(self) -> None:

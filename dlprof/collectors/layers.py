@@ -140,7 +140,7 @@ class LayersCollector(Collector):
         """Record the backward slices of the calls whose backward has run."""
         calls = self._calls
         count = len(calls.parent)
-        end = [e or n for e, n in zip(calls.end, calls.node_end)]
+        end = [e or n for e, n in zip(calls.end, calls.node_end, strict=True)]
         start = list(calls.start)
         tid = list(calls.tid)
         for index in range(count - 1, -1, -1):  # children come after their parent

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.nesting import nest_slices
-from dlprof.store.schema import SCHEMAS, SCHEMA_VERSION
+from dlprof.store.schema import SCHEMA_VERSION, SCHEMAS
 from dlprof.store.writer import CHUNK_GLOB, PART_NAME, read_chunks
 
 

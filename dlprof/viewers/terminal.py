@@ -78,7 +78,7 @@ def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> 
         else:
             table.add_column(header, justify="left", overflow="fold", ratio=1, min_width=24)
         cells.append(values)
-    for row in zip(*cells):
+    for row in zip(*cells, strict=True):
         table.add_row(*row)
     console.print(table)
 

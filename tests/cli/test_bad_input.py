@@ -15,7 +15,7 @@ from dlprof.store.writer import RankWriter
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dlprof", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dlprof", *args], capture_output=True, text=True, check=False,
                           cwd=cwd, timeout=120)
 
 

@@ -20,7 +20,7 @@ from dlprof.store.writer import RankWriter
 
 def slices(rows: list[tuple[int, int, str, str, int, int]]) -> pa.Table:
     """Rows of (id, tid, kind, name, start_ns, dur_ns) on pid 1, device cpu."""
-    ids, tids, kinds, names, starts, durs = zip(*rows)
+    ids, tids, kinds, names, starts, durs = zip(*rows, strict=True)
     return pa.table({
         "id": pa.array(ids, pa.int64()), "pid": pa.array([1] * len(rows), pa.int64()),
         "tid": pa.array(tids, pa.int64()), "device": pa.array(["cpu"] * len(rows)).dictionary_encode(),
