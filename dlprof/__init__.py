@@ -14,17 +14,38 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
-from dlprof.region import region
 from dlprof.schedule import Schedule
-from dlprof.session import Session, active_session
-from dlprof.store.reader import Run, RunError, load
+
+if TYPE_CHECKING:
+    from dlprof.regions import region
+    from dlprof.session import Session
+    from dlprof.store.reader import Run, RunError, load
 
 __all__ = ["Run", "RunError", "Session", "load", "profile", "region", "step"]
 __version__ = "0.1.0"
+
+# Loaded on first use, so that importing one layer (dlprof.store.reader, say) does not load the
+# session and its collectors through this package's __init__.
+_LAZY = {
+    "region": "dlprof.regions",
+    "Session": "dlprof.session",
+    "Run": "dlprof.store.reader",
+    "RunError": "dlprof.store.reader",
+    "load": "dlprof.store.reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dlprof' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def profile(
@@ -56,6 +77,8 @@ def profile(
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
+    from dlprof.session import Session
+
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
@@ -71,6 +94,8 @@ def profile(
 
 def step() -> None:
     """End the current step of the active session (no-op when none is active)."""
+    from dlprof.session import active_session
+
     session = active_session()
     if session is not None:
         session.step()

@@ -120,6 +120,7 @@ class Manifest:
         return cls(**values)
 
     def write(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / MANIFEST_NAME
         partial = path.with_name(path.name + ".partial")
         partial.write_text(self.to_json())

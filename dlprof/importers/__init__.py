@@ -1,0 +1,1 @@
+"""Readers of foreign trace formats into the event store's tables, one module per format."""
