@@ -136,6 +136,7 @@ class Session:
             run_dir=self.run_dir,
             step=self.step,
             clocks=self.manifest.clocks,
+            devices=self.manifest.devices,
             action=self.action,
         )
         for name in self.config.collectors:

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dlprof.config import ProfileConfig
 from dlprof.schedule import Action
@@ -29,6 +29,7 @@ class CollectorContext:
     run_dir: Path
     step: Callable[[], None]  # ends the current step, as prof.step() does
     clocks: list[ClockDomain] = field(default_factory=list)  # collectors add their mappings
+    devices: list[dict[str, Any]] = field(default_factory=list)  # accelerators, as sources describe them
     action: Action = Action.NONE  # the current step's action, kept up to date by the session
 
 

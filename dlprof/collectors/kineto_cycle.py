@@ -79,6 +79,7 @@ def convert_cycle(job: CycleJob) -> dict[str, Any]:
         "slices": tables.slices.num_rows,
         "clock_offset_ns": tables.clock_offset_ns,
         "clock_bounds_ns": list(tables.clock_bounds_ns) if tables.clock_bounds_ns else None,
+        "devices": tables.devices,
     }
 
 

@@ -137,6 +137,8 @@ class TorchCollector(Collector):
         self._background.wake()
 
     def _finish(self, result: dict[str, Any]) -> None:
+        known = {d.get("id") for d in self._context.devices}
+        self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)
         if result.get("clock_bounds_ns") is not None:
             self._clock_bounds.append(tuple(result["clock_bounds_ns"]))
             self._clock_offsets.append(int(result["clock_offset_ns"]))

@@ -66,6 +66,8 @@ class KinetoTables:
     clock_offset_ns: int = 0
     clock_bounds_ns: tuple[int, int] | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    # The trace's deviceProperties (GPU name, SMs, memory...), as Kineto recorded them.
+    devices: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_trace(path: Path) -> dict[str, Any]:
@@ -85,8 +87,9 @@ def _as_int(value: Any) -> int:
     if isinstance(value, int):
         return value
     try:
-        return int(value)
+        return int(value, 0) if isinstance(value, str) else int(value)
     except (TypeError, ValueError):
+        # A name where a number belongs ("Spans"): a stable number for it in this process.
         return hash(value) & 0x7FFFFFFF
 
 
@@ -170,14 +173,12 @@ def convert_trace(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables
         offset, bounds = clock_offset(marker_ns, options.marker_window_ns)
 
     def to_ns(us: list[float]) -> np.ndarray:
-        return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64) + (
-            base_ns - offset
-        )
+        return _us_to_ns(us) + (base_ns - offset)
 
     columns = rows.columns
     n = len(columns["ts"])
     start = to_ns(columns["ts"]) if n else np.zeros(0, np.int64)
-    dur = np.rint(np.asarray(columns["dur"], dtype=np.float64) * 1000.0).astype(np.int64) if n else np.zeros(0, np.int64)
+    dur = _us_to_ns(columns["dur"])
     ids = np.arange(n, dtype=np.int64) + options.id_base
     slices = _slices_table(columns, ids, start, dur)
 
@@ -220,7 +221,8 @@ def convert_trace(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables
             "value": pa.array(counters["value"], pa.float64()),
         }
     )
-    return KinetoTables(slices, memory_table, counter_table, offset, bounds, skipped)
+    devices = [d for d in trace.get("deviceProperties", ()) if isinstance(d, dict)]
+    return KinetoTables(slices, memory_table, counter_table, offset, bounds, skipped, devices)
 
 
 def clock_offset(
@@ -242,6 +244,17 @@ def clock_offset(
     return offset, (low, high)
 
 
+def _us_to_ns(us: list[float]) -> np.ndarray:
+    """Microseconds (float) to integer nanoseconds, exact for whole microseconds at any size.
+
+    Traces without ``baseTimeNanoseconds`` hold epoch microseconds (~1.7e15): multiplied by 1000
+    as a float they would pass 2**53 and lose up to a few hundred nanoseconds.
+    """
+    values = np.asarray(us, dtype=np.float64)
+    whole = np.floor(values)
+    return whole.astype(np.int64) * 1000 + np.rint((values - whole) * 1000.0).astype(np.int64)
+
+
 def _add_slice(
     rows: _SliceColumns, event: dict[str, Any], category: str, name: str, options: KinetoOptions
 ) -> None:
@@ -257,8 +270,8 @@ def _add_slice(
     stream = None
     if "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET):
         device = f"cuda:{args.get('device', pid)}"
-        stream = args.get("stream", tid)
-        tid = _as_int(stream)
+        stream = _as_int(args.get("stream", tid))
+        tid = stream
         if options.device_pid is not None:
             pid = options.device_pid
     dims = args.get("Input Dims")
