@@ -14,6 +14,7 @@ import runpy
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -65,8 +66,16 @@ class Outcome:
     signum: int | None = None  # the signal that interrupted it, to re-raise on exit
 
 
-def run_target(target: Target, config: ProfileConfig) -> Outcome:
-    """Run ``target`` under a session configured by ``config``; never raises for its errors."""
+def run_target(
+    target: Target, config: ProfileConfig, report: Callable[[str], None] | None = None
+) -> Outcome:
+    """Run ``target`` under a session configured by ``config``; never raises for its errors.
+
+    Args:
+        target: the script or module and its arguments.
+        config: the session's settings.
+        report: told which phase of saving the run begins, once the target has ended.
+    """
     target.check()
     collectors = config.collectors
     if config.auto_steps and "optimizer_steps" not in collectors:
@@ -104,7 +113,7 @@ def run_target(target: Target, config: ProfileConfig) -> Outcome:
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
-        manifest = session.stop(error, exit_code)
+        manifest = session.stop(error, exit_code, report)
     return Outcome(exit_code, manifest, session.run_dir, signum)
 
 

@@ -175,12 +175,18 @@ class Session:
             self._save()
         self._step_start = time.perf_counter_ns()
 
-    def stop(self, error: BaseException | None = None, exit_code: int | None = None) -> Manifest:
+    def stop(
+        self,
+        error: BaseException | None = None,
+        exit_code: int | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> Manifest:
         """Stop every collector, write everything, and close the run.
 
         Args:
             error: what ended the profiled code, if it did not end normally.
             exit_code: the profiled program's exit code, when it is one.
+            report: told, in words, which phase of saving begins (for a progress display).
 
         Returns:
             The final manifest.
@@ -195,16 +201,20 @@ class Session:
             self._record_step(self._step_start, time.perf_counter_ns())
         self.manifest.end_ns = time.time_ns()
         for collector in reversed(self._collectors):
+            if report is not None:
+                report(f"dlprof: saving {collector.name} data")
             try:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
                 note = f"failed while stopping: {type(failure).__name__}: {failure}"
                 self._info(collector.name).notes.append(note)
                 print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)
+        if report is not None:
+            report("dlprof: writing the run")
         self._save()
-        counts, report = self._writer.compact()
+        counts, nesting = self._writer.compact()
         self.manifest.counts = counts
-        self.manifest.normalised = report.as_counts()
+        self.manifest.normalised = nesting.as_counts()
         self.manifest.status = status_for(error)
         self.manifest.exit_code = exit_code
         if error is not None and self.manifest.status is not RunStatus.COMPLETE:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.status import Status
 
 from dlprof.cli.common import UsageError
 from dlprof.cli.top import print_top
@@ -31,6 +33,28 @@ Examples:
   dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
   dlprof run -m mypkg.train --lr 0.1
 """
+
+
+class _SavingStatus:
+    """A spinner on stderr while the run is saved (nothing shows while the script runs)."""
+
+    def __init__(self) -> None:
+        self._console = Console(stderr=True)
+        self._status: Status | None = None
+
+    def update(self, phase: str) -> None:
+        if self._status is None:
+            self._status = self._console.status(phase)
+            self._status.start()
+        else:
+            self._status.update(phase)
+
+    def __enter__(self) -> _SavingStatus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
 
 
 def _collectors(text: str) -> tuple[str, ...]:
@@ -85,7 +109,8 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         auto_steps=not no_auto_steps,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
-    outcome = run_target(target, config)
+    with _SavingStatus() as saving:
+        outcome = run_target(target, config, saving.update)
     sys.stdout.flush()
     status = outcome.manifest.status
     print(f"dlprof: run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
