@@ -26,11 +26,7 @@ def cli() -> None:
 
 
 for _name in SUBCOMMANDS:
-    try:
-        cli.add_command(importlib.import_module(f"dlprof.cli.{_name}").command)
-    except ModuleNotFoundError as missing:
-        if missing.name != f"dlprof.cli.{_name}":
-            raise
+    cli.add_command(importlib.import_module(f"dlprof.cli.{_name}").command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ one translation layer::
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.keys import Kind
@@ -51,7 +53,7 @@ class KinetoOptions:
     # dlprof-clock epoch ns read just before and after the clock marker range; when set, the
     # offset is measured from the marker instead of taken from clock_offset_ns.
     marker_window_ns: tuple[int, int] | None = None
-    region_names: frozenset[str] = frozenset()  # user annotations that are dlprof regions
+    region_names: frozenset[str] = frozenset()  # user annotations that were dlprof regions
     drop_steps: bool = False  # ProfilerStep#N ranges are recorded elsewhere (by the session)
     device_pid: int | None = None  # pid for device slices; None keeps the trace's
 
@@ -89,8 +91,8 @@ def _as_int(value: Any) -> int:
     try:
         return int(value, 0) if isinstance(value, str) else int(value)
     except (TypeError, ValueError):
-        # A name where a number belongs ("Spans"): a stable number for it in this process.
-        return hash(value) & 0x7FFFFFFF
+        # A name where a number belongs ("Spans"): the same number for it on every import.
+        return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
 
 
 def _text(value: Any) -> str | None:
@@ -189,11 +191,11 @@ def convert_trace(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables
         owned = (slice_of_alloc >= 0) & (allocated > 0)
         op_bytes = np.zeros(n, dtype=np.int64)
         np.add.at(op_bytes, slice_of_alloc[owned], allocated[owned])
-        has_bytes = op_bytes > 0
+        # Ops get the bytes they allocated; memcpy and memset keep the size they moved.
+        merged = pa.array(op_bytes, mask=op_bytes <= 0)
+        position = slices.schema.get_field_index("bytes")
         slices = slices.set_column(
-            slices.schema.get_field_index("bytes"),
-            "bytes",
-            pa.array(op_bytes, mask=~has_bytes),
+            position, "bytes", pc.coalesce(slices.column("bytes"), merged)
         )
     memory_table = pa.table(
         {
@@ -262,6 +264,8 @@ def _add_slice(
     kind = _KIND_OF_CATEGORY.get(category, category)
     if kind == Kind.USER_ANNOTATION and name in options.region_names:
         kind = Kind.REGION
+    elif kind == Kind.USER_ANNOTATION and name.startswith(STEP_PREFIX):
+        kind = Kind.STEP
     elif kind == Kind.OP and name.startswith(_COMM_PREFIXES):
         kind = Kind.COMM
     device = "cpu"
@@ -275,8 +279,8 @@ def _add_slice(
         if options.device_pid is not None:
             pid = options.device_pid
     dims = args.get("Input Dims")
-    flops = None
-    if dims is not None and name in OPS_WITH_FLOPS:
+    flops = args.get("flops")  # a trace's own figure wins over the estimate from shapes
+    if flops is None and dims is not None and name in OPS_WITH_FLOPS:
         flops = estimate_flops(name, dims, args.get("Concrete Inputs", ()))
     correlation = args.get("correlation")
     rows.add(
@@ -293,7 +297,7 @@ def _add_slice(
         sequence_nr=args.get("Sequence number"),
         input_shapes=_text(dims) if dims else None,
         input_dtypes=_text(args.get("Input type")) if dims else None,
-        flops=flops if flops is not None else args.get("flops"),
+        flops=flops,
         bytes=args.get("bytes"),
         grid=_text(args.get("grid")),
         block=_text(args.get("block")),

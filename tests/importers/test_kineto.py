@@ -84,3 +84,28 @@ def test_clock_offset_keeps_zero_when_consistent_and_moves_when_not() -> None:
     assert clock_offset((105, 110), (100, 120)) == (0, (-10, 5))
     offset, (low, high) = clock_offset((1105, 1110), (100, 120))
     assert low <= offset <= high and offset == low
+
+
+def small_trace() -> dict[str, object]:
+    """A trace in Kineto's layout with an op, a memcpy it launched, a step and allocations."""
+    return {"baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": "Host", "tid": 1, "ts": 0.0, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "Host", "tid": 1, "ts": 10.0, "dur": 50.0,
+         "args": {"Input Dims": [[2, 3], [3, 4]], "flops": 999}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 20.0, "dur": 5.0,
+         "args": {"device": 0, "stream": 7, "bytes": 4096, "correlation": 3}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": "Host", "tid": 1, "ts": 20.0,
+         "args": {"Bytes": 64, "Total Allocated": 64, "Total Reserved": 0, "Addr": 1, "Device Id": -1, "Device Type": 0}},
+    ]}
+
+
+def test_small_trace_keeps_its_flops_sizes_steps_and_numbers() -> None:
+    first = convert_trace(small_trace(), KinetoOptions(id_base=0)).slices.to_pandas().set_index("name")
+    assert first.loc["aten::mm", "flops"] == 999, "the trace's own FLOPs win over the estimate"
+    assert first.loc["Memcpy HtoD", "bytes"] == 4096, "allocation bytes do not overwrite copy sizes"
+    assert first.loc["aten::mm", "bytes"] == 64
+    assert first.loc["ProfilerStep#7", "kind"] == "step"
+    again = convert_trace(small_trace(), KinetoOptions(id_base=0)).slices.to_pandas().set_index("name")
+    assert first.loc["aten::mm", "pid"] == again.loc["aten::mm", "pid"], "string pids number stably"
+    dropped = convert_trace(small_trace(), KinetoOptions(id_base=0, drop_steps=True)).slices.to_pandas()
+    assert "ProfilerStep#7" not in set(dropped["name"])

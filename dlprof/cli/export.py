@@ -1,0 +1,78 @@
+"""``dlprof export``: write a run as a trace another tool opens (Perfetto, HTA, chrome://tracing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.exporters.base import Exporter, ExportError
+from dlprof.exporters.registry import (
+    BY_FORMAT,
+    FORMAT_NAMES,
+    UnknownFormatError,
+    exporter_for_format,
+    exporter_for_path,
+)
+
+DEFAULT_FORMAT = "chrome"
+
+HELP = f"""Export a run as a trace file for a timeline viewer or a trace analyser.
+
+\b
+Formats (and the extension that picks each when --format is left out):
+{chr(10).join(f"  {n:<9} {c.file_extension:<16} {c.description}" for n, c in BY_FORMAT.items())}
+
+RUN is a run directory; by default the newest under ./dlprof-runs. With neither --format nor
+-o the format is {DEFAULT_FORMAT}. Without -o the trace goes into the run
+directory as trace.<ext>. A Chrome export of a run with several ranks writes one file per
+rank beside -o, NAME.rankN.json. The written paths are printed, one per line.
+
+\b
+Examples:
+  dlprof export                                  # newest run -> <run>/trace.json
+  dlprof export RUN -o cnn.perfetto-trace        # native Perfetto; open in ui.perfetto.dev
+  dlprof export RUN --format perfetto            # -> RUN/trace.perfetto-trace
+  dlprof export RUN -o traces/train.json         # Kineto layout, for Holistic Trace Analysis
+"""
+
+
+@click.command("export", help=HELP)
+@run_argument
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_NAMES, case_sensitive=False),
+              default=None, help="Trace format (default: from -o's extension, else chrome).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="File to write (default: trace.<ext> inside the run directory).")
+def command(run: str | None, fmt: str | None, output: str | None) -> int:
+    loaded = open_run(run)
+    exporter = _exporter(fmt, output)
+    path = Path(output) if output else loaded.path / f"trace{exporter.file_extension}"
+    # The bar goes to stderr, so that stdout carries only the written paths, for scripts.
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            written = exporter.export(loaded, path, progress)
+    except ExportError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot write ({error.strerror or error})") from None
+    for written_path in written:
+        click.echo(str(written_path))
+    return 0
+
+
+def _exporter(fmt: str | None, output: str | None) -> Exporter:
+    """The exporter asked for by --format, else by -o's extension, else the default."""
+    try:
+        if fmt is not None:
+            return exporter_for_format(fmt)()
+        if output is not None:
+            return exporter_for_path(Path(output))()
+        return exporter_for_format(DEFAULT_FORMAT)()
+    except UnknownFormatError as error:
+        raise UsageError(f"-o {output}: {error}; or name one with --format") from None

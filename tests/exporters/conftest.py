@@ -1,0 +1,83 @@
+"""Runs for the exporter tests that the CPU-only ``cnn_run`` cannot give: GPU work, several ranks.
+
+There is no GPU here, so the GPU runs are built from a real Kineto trace recorded on an A100
+(HTA's ``critical_path/simple_add``: kernels on two streams, memcpy, memset, runtime calls with
+correlation ids), imported with dlprof's own Kineto importer and written with the store's writer.
+The traces are read from the shared data directory, not copied into the repository.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
+from dlprof.keys import RunStatus, StoreTable
+from dlprof.store.ids import SLOT_IMPORT, id_base
+from dlprof.store.manifest import Manifest
+from dlprof.store.writer import RankWriter
+
+KINETO_TRACES = Path(
+    os.environ.get(
+        "DLPROF_KINETO_TRACES",
+        Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto-traces",
+    )
+)
+
+
+def simple_add_trace() -> Path:
+    """The recorded A100 trace, or a skip saying where it was looked for."""
+    found = sorted((KINETO_TRACES / "critical_path" / "simple_add").glob("*.json.gz"))
+    if not found:
+        pytest.skip(f"needs HTA's Kineto test traces under {KINETO_TRACES} "
+                    "(set DLPROF_KINETO_TRACES)")
+    return found[0]
+
+
+def write_imported_run(run_dir: Path, trace_path: Path, ranks: tuple[int, ...]) -> Path:
+    """A complete run holding ``trace_path`` imported once for each of ``ranks``."""
+    trace = read_trace(trace_path)
+    counts: dict[str, int] = {}
+    for rank in ranks:
+        tables = convert_trace(trace, KinetoOptions(id_base=id_base(rank, SLOT_IMPORT)))
+        writer = RankWriter(run_dir, rank)
+        writer.write_chunk(StoreTable.SLICES, tables.slices, "import")
+        writer.write_chunk(StoreTable.MEMORY, tables.memory, "import")
+        writer.write_chunk(StoreTable.COUNTERS, tables.counters, "import")
+        rank_counts, _ = writer.compact()
+        for table, rows in rank_counts.items():
+            counts[table] = counts.get(table, 0) + rows
+    Manifest(
+        name=run_dir.name,
+        command=["python3.10", trace_path.name],
+        status=RunStatus.COMPLETE,
+        devices=trace.get("deviceProperties", []),
+        ranks=list(ranks),
+        world_size=len(ranks),
+        counts=counts,
+    ).write(run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One rank of real A100 work: kernels, memcpy, memset, runtime calls, flows between them."""
+    return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same recorded trace as ranks 0 and 1: equal pids, tids and correlation ids on both."""
+    return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
+
+
+@pytest.fixture
+def empty_run(tmp_path: Path) -> Path:
+    """A complete run in which nothing was recorded."""
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    Manifest(name="empty", command=["python"], status=RunStatus.COMPLETE).write(run_dir)
+    RankWriter(run_dir, 0).compact()
+    return run_dir
