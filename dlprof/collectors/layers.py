@@ -45,13 +45,15 @@ class LayersCollector(Collector):
         import torch
         from torch.nn.modules import module as module_hooks
 
-        self._torch = torch
-        self._context = context
+        self._grad_enabled = torch.is_grad_enabled
         self._slices = context.slices
         self._kind = self._slices.kind_code(Kind.MODULE)
-        self._names: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        # id(module) -> (weak reference, forward code, backward code); a WeakKeyDictionary
+        # would build a weak reference on every lookup, and this runs twice per module call.
+        self._names: dict[int, tuple[weakref.ref[Any], int, int]] = {}
         self._local = threading.local()
-        self._calls = _Calls()
+        self._recording = context.action.records
+        self._calls: list[list[Any]] = []
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._pre_forward),
             module_hooks.register_module_forward_hook(self._post_forward),
@@ -61,126 +63,111 @@ class LayersCollector(Collector):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._record_backward(final=True)
+        self._record_backward()
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        self._record_backward(final=False)
+        self._recording = action.records
+        self._record_backward()
 
     # --- forward ------------------------------------------------------------------------------
 
-    def _stack(self) -> list[tuple[int, int]]:
-        stack: list[tuple[int, int]] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
     def _pre_forward(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self._context.action.records:
+        if not self._recording:
             return
-        stack = self._stack()
-        if not stack and module not in self._names:
+        try:
+            stack: list[tuple[int, list[Any]]] = self._local.stack
+        except AttributeError:
+            stack = self._local.stack = []
+        if not stack and self._codes(module) is None:
             # The outermost module names every layer below it by its path.
             for path, child in module.named_modules():
                 self._name(child, path or type(module).__name__)
-        parent = stack[-1][1] if stack else -1
-        index = self._calls.open(parent, _first_grad_fn(args))
-        stack.append((time.perf_counter_ns(), index))
+        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args)]
+        self._calls.append(call)
+        stack.append((time.perf_counter_ns(), call))
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        stack = self._stack()
+        stack: list[tuple[int, list[Any]]] | None = getattr(self._local, "stack", None)
         if not stack:
             return  # recording began inside this module's forward
         end = time.perf_counter_ns()
-        start, index = stack.pop()
-        forward_code, backward_code = self._names.get(module) or self._name(module, type(module).__name__)
-        tid = threading.get_native_id()
-        self._slices.record(self._kind, forward_code, tid, start, end, _tensor_bytes(output))
-        self._calls.name[index] = backward_code
-        if self._torch.is_grad_enabled():
-            self._watch_backward(index, output)
+        start, call = stack.pop()
+        codes = self._codes(module) or self._name(module, type(module).__name__)
+        self._slices.record(
+            self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output)
+        )
+        call[_NAME] = codes[1]
+        input_node = call[_INPUT_NODE]
+        call[_INPUT_NODE] = None  # do not keep the graph alive
+        if self._grad_enabled():
+            _watch_backward(call, _first_grad_fn((output,)), input_node)
+
+    def _codes(self, module: Any) -> tuple[int, int] | None:
+        entry = self._names.get(id(module))
+        if entry is None or entry[0]() is not module:
+            return None
+        return entry[1], entry[2]
 
     def _name(self, module: Any, path: str) -> tuple[int, int]:
         label = f"{path} ({type(module).__name__})"
-        codes = (
-            self._slices.intern(f"{label} {FORWARD}"),
-            self._slices.intern(f"{label} {BACKWARD}"),
-        )
-        self._names[module] = codes
-        return codes
+        forward = self._slices.intern(f"{label} {FORWARD}")
+        backward = self._slices.intern(f"{label} {BACKWARD}")
+        self._names[id(module)] = (weakref.ref(module), forward, backward)
+        return forward, backward
 
     # --- backward -----------------------------------------------------------------------------
 
-    def _watch_backward(self, index: int, output: Any) -> None:
-        node = _first_grad_fn((output,))
-        if node is None:
-            return
-        calls = self._calls
+    def _record_backward(self) -> None:
+        """Record the backward slices of the calls whose backward has run."""
+        calls, self._calls = self._calls, []
+        for call in reversed(calls):  # children come after their parent
+            if call[_END] == 0:
+                call[_END] = call[_NODE_END]
+            parent = call[_PARENT]
+            if parent is None or call[_START] == 0:
+                continue
+            if parent[_START] == 0 or call[_START] < parent[_START]:
+                parent[_START] = call[_START]
+                parent[_TID] = call[_TID]
+            parent[_END] = max(parent[_END] or parent[_NODE_END], call[_END])
+        for call in calls:
+            start, end = call[_START], call[_END]
+            if start and end > start and call[_NAME] >= 0:
+                self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
 
-        def started(grad_outputs: Any) -> None:
-            if calls.start[index] == 0:
-                calls.start[index] = time.perf_counter_ns()
-                calls.tid[index] = threading.get_native_id()
+
+# One forward call: [parent call, backward name code, backward start, backward end,
+# end of the call's own autograd node, backward thread, autograd node of its input].
+_PARENT, _NAME, _START, _END, _NODE_END, _TID, _INPUT_NODE = range(7)
+
+
+def _watch_backward(call: list[Any], node: Any, input_node: Any) -> None:
+    """Time a call's backward: from its output's node starting to its input's node being reached.
+
+    A call whose input needs no gradient has no input node; then its own node's end closes it.
+    """
+    if node is None:
+        return
+
+    def started(grad_outputs: Any) -> None:
+        if call[_START] == 0:
+            call[_START] = time.perf_counter_ns()
+            call[_TID] = threading.get_native_id()
+
+    node.register_prehook(started)
+    if input_node is not None and input_node is not node:
+
+        def reached_input(grad_outputs: Any) -> None:
+            if call[_END] == 0:
+                call[_END] = time.perf_counter_ns()
+
+        input_node.register_prehook(reached_input)
+    else:
 
         def node_done(grad_inputs: Any, grad_outputs: Any) -> None:
-            calls.node_end[index] = time.perf_counter_ns()
+            call[_NODE_END] = time.perf_counter_ns()
 
-        node.register_prehook(started)
         node.register_hook(node_done)
-        input_node = calls.input_node[index]
-        if input_node is not None and input_node is not node:
-
-            def reached_input(grad_outputs: Any) -> None:
-                if calls.end[index] == 0:
-                    calls.end[index] = time.perf_counter_ns()
-
-            input_node.register_prehook(reached_input)
-        calls.input_node[index] = None  # do not keep the graph alive
-
-    def _record_backward(self, final: bool) -> None:
-        """Record the backward slices of the calls whose backward has run."""
-        calls = self._calls
-        count = len(calls.parent)
-        end = [e or n for e, n in zip(calls.end, calls.node_end, strict=True)]
-        start = list(calls.start)
-        tid = list(calls.tid)
-        for index in range(count - 1, -1, -1):  # children come after their parent
-            parent = calls.parent[index]
-            if parent < 0 or start[index] == 0:
-                continue
-            if start[parent] == 0 or start[index] < start[parent]:
-                start[parent] = start[index]
-                tid[parent] = tid[index]
-            end[parent] = max(end[parent], end[index])
-        for index in range(count):
-            if start[index] and end[index] > start[index] and calls.name[index] >= 0:
-                self._slices.record(self._kind, calls.name[index], tid[index], start[index], end[index])
-        calls.clear()
-
-
-class _Calls:
-    """Per forward call, columns that the backward hooks fill in."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.parent: list[int] = []
-        self.name: list[int] = []
-        self.start: list[int] = []
-        self.end: list[int] = []
-        self.node_end: list[int] = []
-        self.tid: list[int] = []
-        self.input_node: list[Any] = []
-
-    def open(self, parent: int, input_node: Any) -> int:
-        self.parent.append(parent)
-        self.name.append(-1)
-        self.start.append(0)
-        self.end.append(0)
-        self.node_end.append(0)
-        self.tid.append(0)
-        self.input_node.append(input_node)
-        return len(self.parent) - 1
 
 
 def _first_grad_fn(values: tuple[Any, ...]) -> Any:
