@@ -25,12 +25,8 @@ class Kind(StrEnum):
     PYTHON = "python"
     USER_ANNOTATION = "user_annotation"
 
-    @property
-    def on_device(self) -> bool:
-        """True for work that runs on an accelerator rather than a CPU thread."""
-        return self in DEVICE_KINDS
 
-
+# Work that runs on an accelerator rather than on a CPU thread.
 DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
 
 # When two slices start together and last as long, the outer one is the one that comes first here.

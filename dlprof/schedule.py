@@ -39,8 +39,6 @@ class Schedule:
     warmup: int = 0
     active: int = 100
     repeat: int = 0  # 0: cycles go on until the program ends
-    # False for the default schedule: a cycle's end is only a flush, not a user-visible cycle.
-    user_given: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
@@ -53,7 +51,7 @@ class Schedule:
                 "skip_first,wait,warmup,active,repeat (e.g. 1,1,1,3,2)"
             )
         values = dict(zip(names, (int(p) for p in parts), strict=False))
-        schedule = cls(**{**{"active": 1}, **values}, user_given=True)
+        schedule = cls(**{"active": 1, **values})
         if schedule.active < 1:
             raise ScheduleError(f"schedule {text!r}: active must be at least 1")
         return schedule

@@ -6,6 +6,8 @@ without it. Collectors write only through the sink in their context.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,19 +40,31 @@ class Collector(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    # The package it is built on: its import name, and the dlprof extra that installs it ("" for
+    # a package dlprof itself depends on).
+    requires: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest
 
     @classmethod
-    @abstractmethod
     def available(cls) -> tuple[bool, str]:
         """Whether it can run here, and if not, why (one line)."""
+        if cls.requires is not None and importlib.util.find_spec(cls.requires[0]) is None:
+            package, extra = cls.requires
+            install = f"dlprof[{extra}]" if extra else package
+            return False, f"{package} is not installed (pip install '{install}')"
+        return True, ""
 
     @classmethod
     def version(cls) -> str:
-        """The version of what it is built on (torch, psutil...)."""
-        return ""
+        """The version of the package it is built on."""
+        if cls.requires is None:
+            return ""
+        try:
+            return importlib.metadata.version(cls.requires[0])
+        except importlib.metadata.PackageNotFoundError:
+            return ""
 
     @abstractmethod
     def start(self, context: CollectorContext) -> None:

@@ -6,7 +6,6 @@ using two cores reads 200), ``host.rss`` (bytes) and ``host.system_cpu_percent``
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import threading
 import time
@@ -24,14 +23,8 @@ TRACKS = (("host.cpu_percent", "%"), ("host.rss", "bytes"), ("host.system_cpu_pe
 class HostCollector(Collector):
     name = "host"
     description = "psutil sampler: process CPU %, resident memory, system CPU %"
+    requires = ("psutil", "")
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return True, ""
-
-    @classmethod
-    def version(cls) -> str:
-        return importlib.metadata.version("psutil")
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

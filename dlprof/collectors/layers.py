@@ -12,8 +12,6 @@ holds the size of the forward's output tensors (the activation memory the layer 
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import threading
 import time
 import weakref
@@ -30,16 +28,9 @@ BACKWARD = "backward"
 class LayersCollector(Collector):
     name = "layers"
     description = "nn.Module hooks: forward and backward time per layer"
+    requires = ("torch", "torch")
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("torch") is None:
-            return False, "torch is not installed (pip install 'dlprof[torch]')"
-        return True, ""
 
-    @classmethod
-    def version(cls) -> str:
-        return importlib.metadata.version("torch")
 
     def start(self, context: CollectorContext) -> None:
         import torch

@@ -9,7 +9,6 @@ an optimizer, under way when it is first seen, ends its step from a post-hook in
 from __future__ import annotations
 
 import functools
-import importlib.util
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
@@ -20,12 +19,8 @@ _WRAPPED = "_dlprof_step_wrapper"
 class OptimizerSteps(Collector):
     name = "optimizer_steps"
     description = "a training step ends with each optimizer.step()"
+    requires = ("torch", "torch")
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("torch") is None:
-            return False, "torch is not installed"
-        return True, ""
 
     def start(self, context: CollectorContext) -> None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook

@@ -11,15 +11,16 @@ launching op; on a CPU-only machine only CPU ops are, and the manifest says so.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,9 @@ from dlprof.store.manifest import ClockDomain
 class TorchCollector(Collector):
     name = "torch"
     description = "torch.profiler (Kineto): ops with shapes, FLOPs and memory; GPU kernels on CUDA"
+    requires = ("torch", "torch")
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("torch") is None:
-            return False, "torch is not installed (pip install 'dlprof[torch]')"
-        return True, ""
 
-    @classmethod
-    def version(cls) -> str:
-        try:
-            return importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:
-            return ""
 
     def start(self, context: CollectorContext) -> None:
         import torch
@@ -82,20 +73,30 @@ class TorchCollector(Collector):
             with_flops=config.with_flops,
             with_stack=config.with_stack,
         )
-        self._profiler.start()
+        with _kineto_chatter_hidden():
+            self._profiler.start()
         if context.action.records:
             self._mark_clock()
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        self._profiler.step()
+        if previous is action and action is not Action.RECORD_AND_SAVE:
+            self._profiler.step()  # no start or stop: nothing to hide, no syscalls
+        else:
+            with _kineto_chatter_hidden():
+                self._profiler.step()
         if action.records and (previous is Action.RECORD_AND_SAVE or not previous.records):
             self._mark_clock()
 
     def stop(self) -> None:
-        self._profiler.stop()
+        with _kineto_chatter_hidden():
+            self._profiler.stop()
         self._background.close()
         while self._pending:
             self._finish(convert_cycle(self._pending.popleft()))
+        saved = self._context.run_dir / "kineto"
+        for directory in (saved / f"rank={self._context.config.rank}", saved):
+            if directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
         if self._clock_offsets:
             low = max(b[0] for b in self._clock_bounds)
             high = min(b[1] for b in self._clock_bounds)
@@ -142,6 +143,34 @@ class TorchCollector(Collector):
         if result.get("clock_bounds_ns") is not None:
             self._clock_bounds.append(tuple(result["clock_bounds_ns"]))
             self._clock_offsets.append(int(result["clock_offset_ns"]))
+
+
+# What Kineto prints on the process's stderr each time it starts or stops a trace.
+_KINETO_CHATTER = (b"USDT:", b"STAGE:")
+
+
+@contextmanager
+def _kineto_chatter_hidden() -> Iterator[None]:
+    """Hold fd 2 while Kineto starts or stops, then pass on everything but its chatter.
+
+    Kineto writes ``USDT: ... profiler_start`` lines from C++ straight to file descriptor 2;
+    anything else written meanwhile (by any thread) is shown once the moment has passed.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True)
+                    if not line.startswith(_KINETO_CHATTER)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 class _BackgroundConverter:

@@ -11,7 +11,6 @@ RANK_SHIFT = 47
 SLOT_SHIFT = 39
 MAX_RANK = (1 << 16) - 1
 MAX_SLOT = (1 << 8) - 1
-MAX_SEQUENCE = (1 << SLOT_SHIFT) - 1
 
 # Fixed slots, so a converter in another process can number its rows without asking.
 SLOT_SESSION = 0  # steps, regions, modules: recorded by dlprof in the profiled process

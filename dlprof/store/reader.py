@@ -8,7 +8,6 @@ A run killed before it was compacted is read from its chunks and nested on the w
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -166,7 +165,3 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     plain = pa.Table.from_arrays(columns, names=table.column_names)
     return plain.to_pandas(types_mapper=_PANDAS_TYPES.get)
 
-
-def args_of(value: str | None) -> dict[str, object]:
-    """The ``args`` JSON of one slice as a dict (empty when there is none)."""
-    return json.loads(value) if value else {}

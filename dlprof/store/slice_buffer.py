@@ -44,17 +44,17 @@ class SliceBuffer:
 
     def intern(self, name: str) -> int:
         """The integer code of a name; call once per distinct name, off the hot path if you can."""
-        code = self._names.get(name)
-        if code is None:
-            with self._lock:
-                code = self._names.setdefault(name, len(self._names))
-        return code
+        return self._code(self._names, name)
 
     def kind_code(self, kind: str) -> int:
-        code = self._kinds.get(kind)
+        """The integer code of a kind of slice."""
+        return self._code(self._kinds, kind)
+
+    def _code(self, codes: dict[str, int], key: str) -> int:
+        code = codes.get(key)
         if code is None:
             with self._lock:
-                code = self._kinds.setdefault(kind, len(self._kinds))
+                code = codes.setdefault(key, len(codes))
         return code
 
     def record(

@@ -108,6 +108,5 @@ def test_long_run_is_saved_in_several_cycles(tmp_path: Path) -> None:
             session.step()
     run = dlprof.load(tmp_path / "run")
     assert (run.slices["name"] == "aten::linear").sum() == 10
-    assert not (tmp_path / "run" / "kineto" / "rank=0").exists() or not any(
-        (tmp_path / "run" / "kineto" / "rank=0").iterdir()), "saved traces are removed once converted"
+    assert not (tmp_path / "run" / "kineto").exists(), "saved traces are removed once converted"
     assert run.slices["id"].is_unique
