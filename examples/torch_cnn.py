@@ -44,7 +44,7 @@ def synthetic_batches(count: int, batch_size: int, seed: int = 0) -> list[tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400, help="training steps")
+    parser.add_argument("--steps", type=int, default=800, help="training steps")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
