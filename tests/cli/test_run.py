@@ -113,6 +113,8 @@ def test_signal_saves_an_interrupted_run_and_exits_with_the_signal(tmp_path: Pat
     assert {"started", "waiting"} <= set(run.slices["name"])
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_torch_script_prints_top_ops_and_steps_come_from_optimizer(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="needs PyTorch")
     script = write(tmp_path / "train.py", (

@@ -8,6 +8,8 @@ import pytest
 
 import dlprof
 
+pytestmark = pytest.mark.torch
+
 torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
 from torch import nn  # noqa: E402
 

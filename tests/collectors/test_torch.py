@@ -10,6 +10,8 @@ import dlprof
 from dlprof.keys import RunStatus
 from tests.conftest import profile_tiny_cnn
 
+pytestmark = pytest.mark.torch
+
 torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
 
 
