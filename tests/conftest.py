@@ -8,6 +8,10 @@ import pytest
 
 import dlprof
 
+# Real Kineto traces recorded on A100, V100 and MI250 GPUs (from Holistic Trace Analysis's tests,
+# MIT licence beside them): the ground truth for the GPU half while tests run without a GPU.
+KINETO_TRACES = Path(__file__).resolve().parent / "data" / "kineto-traces"
+
 
 def profile_tiny_cnn(out: Path, steps: int = 6, collectors: tuple[str, ...] = ("torch", "layers", "host"),
                      schedule: str | None = None) -> Path:

@@ -3,12 +3,11 @@
 There is no GPU here, so the GPU runs are built from a real Kineto trace recorded on an A100
 (HTA's ``critical_path/simple_add``: kernels on two streams, memcpy, memset, runtime calls with
 correlation ids), imported with dlprof's own Kineto importer and written with the store's writer.
-The traces are read from the shared data directory, not copied into the repository.
+The traces are in tests/data/kineto-traces, with their licence.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,13 @@ from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import SLOT_IMPORT, id_base
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
-
-KINETO_TRACES = Path(
-    os.environ.get(
-        "DLPROF_KINETO_TRACES",
-        Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto-traces",
-    )
-)
+from tests.conftest import KINETO_TRACES
 
 
 def simple_add_trace() -> Path:
-    """The recorded A100 trace, or a skip saying where it was looked for."""
-    found = sorted((KINETO_TRACES / "critical_path" / "simple_add").glob("*.json.gz"))
-    if not found:
-        pytest.skip(f"needs HTA's Kineto test traces under {KINETO_TRACES} "
-                    "(set DLPROF_KINETO_TRACES)")
-    return found[0]
+    """The recorded A100 trace."""
+    (found,) = (KINETO_TRACES / "critical_path" / "simple_add").glob("*.json.gz")
+    return found
 
 
 def write_imported_run(run_dir: Path, trace_path: Path, ranks: tuple[int, ...]) -> Path:

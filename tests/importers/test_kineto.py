@@ -12,16 +12,13 @@ import pytest
 
 from dlprof.importers.flops import estimate_flops
 from dlprof.importers.kineto import KinetoOptions, clock_offset, convert_trace, read_trace
-
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto-traces"
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"recorded Kineto traces not found at {TRACES}")
+from tests.conftest import KINETO_TRACES as TRACES
 
 
 def trace_files() -> list[Path]:
-    return sorted(TRACES.rglob("*.json.gz")) if TRACES.is_dir() else []
+    return sorted(TRACES.rglob("*.json.gz"))
 
 
-@needs_traces
 @pytest.mark.parametrize("path", trace_files(), ids=lambda p: p.parent.name)
 def test_every_recorded_trace_translates(path: Path) -> None:
     trace = read_trace(path)
@@ -36,7 +33,6 @@ def test_every_recorded_trace_translates(path: Path) -> None:
     assert slices["start_ns"].min() == base + round(first["ts"] * 1000)
 
 
-@needs_traces
 def test_a100_kernels_land_on_device_streams_linked_to_their_launch() -> None:
     (path,) = (TRACES / "critical_path" / "simple_add").glob("*.json.gz")
     trace = read_trace(path)
@@ -56,7 +52,6 @@ def test_a100_kernels_land_on_device_streams_linked_to_their_launch() -> None:
     assert tables.devices and "name" in tables.devices[0]
 
 
-@needs_traces
 def test_triton_kernel_keeps_its_launch_shape() -> None:
     trace = read_trace(TRACES / "triton_example" / "triton_example.json.gz")
     slices = convert_trace(trace, KinetoOptions(id_base=0)).slices.to_pandas()
