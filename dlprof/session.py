@@ -161,13 +161,14 @@ class Session:
 
     def step(self) -> None:
         """Mark the end of one training step and the start of the next."""
+        if self._context is None:
+            raise RuntimeError("step() on a session that was not started (use it in a with block)")
         now = time.perf_counter_ns()
         previous = self.action
         if previous.records:
             self._record_step(self._step_start, now)
         self.step_number += 1
         self.action = self.schedule.action(self.step_number)
-        assert self._context is not None
         self._context.action = self.action
         for collector in self._collectors:
             collector.on_step(self.step_number, previous, self.action)

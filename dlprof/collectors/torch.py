@@ -208,7 +208,8 @@ def _convert_in_child(job: CycleJob) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     completed = subprocess.run(
-        [sys.executable, "-m", "dlprof.collectors.kineto_cycle", job.to_json()],
+        # -P: the profiled program's working directory must not shadow the child's imports.
+        [sys.executable, "-P", "-m", "dlprof.collectors.kineto_cycle", job.to_json()],
         capture_output=True,
         text=True,
         env=env,
