@@ -47,7 +47,6 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +63,7 @@ from torch import nn
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
 import dlprof
+from dlprof.collectors.torch import hide_kineto_chatter
 from dlprof.config import ProfileConfig
 from dlprof.schedule import Schedule
 
@@ -71,7 +71,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "torch_cnn.py"
 FLUSH_STEPS = ProfileConfig().flush_steps
 # Lines Kineto prints on every start and stop; anything else written to stderr is shown.
-_KINETO_CHATTER = ("USDT:", "STAGE:")
 
 StepHook = Callable[[], None] | None
 
@@ -219,27 +218,6 @@ def run_block(config: Config, work: Workload, steps: int, scratch: Path) -> Bloc
     return Block(times, entered - started, exited - done)
 
 
-@contextlib.contextmanager
-def kineto_quiet(log: Path) -> Iterator[None]:
-    """Send fd 2 to ``log`` (Kineto prints two lines per start/stop), then show what else came."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(target, 2)
-    os.close(target)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        other = Counter(line for line in lines if line and not line.startswith(_KINETO_CHATTER))
-        for line, count in other.items():
-            print(f"[stderr x{count}] {line}" if count > 1 else f"[stderr] {line}", file=sys.stderr)
-        log.unlink(missing_ok=True)
-
-
 # --- statistics ---------------------------------------------------------------------------
 
 
@@ -289,7 +267,7 @@ def interleave(configs: list[Config], work: Workload, steps: int, rounds: int, s
     blocks: dict[str, list[Block]] = {c.key: [] for c in configs}
     for round_number in range(rounds):
         shift = round_number % len(configs)
-        with kineto_quiet(scratch / "stderr.txt"):
+        with hide_kineto_chatter():
             for config in configs[shift:] + configs[:shift]:
                 blocks[config.key].append(run_block(config, work, steps, scratch))
         medians = "  ".join(f"{k} {np.median(b[-1].step_ns) / 1e6:.2f}" for k, b in blocks.items())
@@ -565,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dlprof-bench-") as tmp:
         scratch = Path(tmp)
         console.print("warm-up")
-        with kineto_quiet(scratch / "stderr.txt"):
+        with hide_kineto_chatter():
             for config in configs:  # the first profiler start, the allocator, caches
                 run_block(config, work, 20, scratch)
         if args.rounds:
@@ -588,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
             results["cycles"] = {k: cycle_stats(b, args.skip) for k, b in cycles.items()}
         if args.post_steps:
             console.print(f"3. post-processing: runs of {args.post_steps} steps")
-            with kineto_quiet(scratch / "stderr.txt"):
+            with hide_kineto_chatter():
                 post = {"dlprof_default": dlprof_post(work, args.post_steps, scratch, False),
                         "dlprof_single_cycle": dlprof_post(work, args.post_steps, scratch, True),
                         "torch": torch_post(work, args.post_steps, scratch)}

@@ -73,7 +73,7 @@ class TorchCollector(Collector):
             with_flops=config.with_flops,
             with_stack=config.with_stack,
         )
-        with _kineto_chatter_hidden():
+        with hide_kineto_chatter():
             self._profiler.start()
         if context.action.records:
             self._mark_clock()
@@ -82,13 +82,13 @@ class TorchCollector(Collector):
         if previous is action and action is not Action.RECORD_AND_SAVE:
             self._profiler.step()  # no start or stop: nothing to hide, no syscalls
         else:
-            with _kineto_chatter_hidden():
+            with hide_kineto_chatter():
                 self._profiler.step()
         if action.records and (previous is Action.RECORD_AND_SAVE or not previous.records):
             self._mark_clock()
 
     def stop(self) -> None:
-        with _kineto_chatter_hidden():
+        with hide_kineto_chatter():
             self._profiler.stop()
         self._background.close()
         while self._pending:
@@ -150,7 +150,7 @@ _KINETO_CHATTER = (b"USDT:", b"STAGE:")
 
 
 @contextmanager
-def _kineto_chatter_hidden() -> Iterator[None]:
+def hide_kineto_chatter() -> Iterator[None]:
     """Hold fd 2 while Kineto starts or stops, then pass on everything but its chatter.
 
     Kineto writes ``USDT: ... profiler_start`` lines from C++ straight to file descriptor 2;
