@@ -72,6 +72,7 @@ class GroupKey(StrEnum):
 
     NAME = "name"
     SHAPE = "shape"
+    OP = "op"  # device work under the CPU op that launched it
 
 
 class TableFormat(StrEnum):

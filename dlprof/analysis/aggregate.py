@@ -45,22 +45,35 @@ def slices_of_kind(run: Run, kind: str, rank: int | None = None) -> pd.DataFrame
     return selected
 
 
-def device_time_by_launcher(run: Run) -> pd.Series:
-    """Device time (kernels, memcpy, memset) per id of the CPU op that launched it.
+UNATTRIBUTED = "(no launching op)"
 
-    A device slice is linked to the runtime call that launched it by correlation id; the call's
-    parent is the op.
+
+def launches(run: Run) -> pd.DataFrame:
+    """Each device slice (kernel, memcpy, memset) with the CPU op that launched it.
+
+    A device slice is linked to the runtime call that launched it by correlation id (per rank);
+    the call's parent is the op.
+
+    Returns:
+        Columns ``id`` (the device slice), ``dur_ns`` and ``launcher_id`` (the op; missing when
+        the trace links none).
     """
     slices = run.slices
-    device = slices[slices["kind"].isin([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET])]
+    device = slices[slices["kind"].isin(list(DEVICE_KINDS))]
     runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
-    if device.empty or runtime.empty:
-        return pd.Series(dtype="Int64")
-    launches = runtime[["rank", "correlation_id", "parent_id"]].dropna()
-    joined = device[["rank", "correlation_id", "dur_ns"]].merge(
-        launches, on=["rank", "correlation_id"], how="inner"
+    calls = runtime[["rank", "correlation_id", "parent_id"]].dropna().drop_duplicates(
+        ["rank", "correlation_id"]
     )
-    return joined.groupby("parent_id")["dur_ns"].sum()
+    joined = device[["id", "rank", "correlation_id", "dur_ns"]].merge(
+        calls, on=["rank", "correlation_id"], how="left"
+    )
+    return joined.rename(columns={"parent_id": "launcher_id"})[["id", "dur_ns", "launcher_id"]]
+
+
+def device_time_by_launcher(run: Run) -> pd.Series:
+    """Device time (kernels, memcpy, memset) per id of the CPU op that launched it."""
+    linked = launches(run).dropna(subset=["launcher_id"])
+    return linked.groupby("launcher_id")["dur_ns"].sum()
 
 
 def top(
@@ -77,7 +90,8 @@ def top(
         run: the run.
         kind: which slices (``op``, ``module``, ``region``, ``step``, ``kernel``...).
         by: what the rows are sorted by, descending.
-        group_by: one row per name, or per (name, input shapes).
+        group_by: one row per name, per (name, input shapes), or, for device kinds, per name of
+            the CPU op that launched the work.
         limit: at most this many rows (None: all).
         rank: only this rank's slices.
 
@@ -87,10 +101,12 @@ def top(
         self time of the kind; ``cum_pct`` accumulates them down the sorted table.
     """
     selected = slices_of_kind(run, kind, rank)
-    keys = ["name"] if group_by is GroupKey.NAME else ["name", "input_shapes"]
+    keys = ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
     if selected.empty:
         return pd.DataFrame(columns=TOP_COLUMNS)
     frame = selected.assign(input_shapes=selected["input_shapes"].fillna(""))
+    if group_by is GroupKey.OP and kind in DEVICE_KINDS:
+        frame = frame.assign(name=_launcher_names(run, frame))
     launched = device_time_by_launcher(run)
     if kind in DEVICE_KINDS:
         frame = frame.assign(device_ns=frame["dur_ns"])
@@ -125,6 +141,13 @@ def top(
         columns.append(DEVICE_COLUMN)
     table = table[columns]
     return table.head(limit) if limit else table
+
+
+def _launcher_names(run: Run, device: pd.DataFrame) -> pd.Series:
+    """The name of the op that launched each device slice (or :data:`UNATTRIBUTED`)."""
+    names = run.slices.set_index("id")["name"]
+    launcher = device["id"].map(launches(run).set_index("id")["launcher_id"])
+    return launcher.map(names).fillna(UNATTRIBUTED).astype(str)
 
 
 def kinds_present(run: Run) -> list[str]:

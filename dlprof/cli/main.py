@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 
 import click
 
+import dlprof.cli
 from dlprof import __version__
 from dlprof.cli.common import UsageError
 from dlprof.store.reader import RunError
 
-# Subcommand modules under dlprof.cli, each defining `command`.
-SUBCOMMANDS = ("run", "top", "pprof", "export")
+# Modules of dlprof.cli that are not subcommands; every other one defines `command`.
+_NOT_SUBCOMMANDS = frozenset({"main", "common"})
+SUBCOMMANDS = tuple(
+    sorted(m.name for m in pkgutil.iter_modules(dlprof.cli.__path__) if m.name not in _NOT_SUBCOMMANDS)
+)
 
 
 @click.group(

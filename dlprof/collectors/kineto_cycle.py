@@ -74,6 +74,7 @@ def convert_cycle(job: CycleJob) -> dict[str, Any]:
     sink.append_slices(tables.slices, source)
     sink.append_memory(tables.memory, source)
     sink.append_counters(tables.counters, source)
+    sink.append_metrics(tables.metrics, source)
     job.trace.unlink()
     return {
         "slices": tables.slices.num_rows,

@@ -1,21 +1,39 @@
 """Every exporter, found by format name or by file extension.
 
 Kept apart from the exporters so that a command can list the formats without an exporter
-importing the others. The maps are built from each class's own ``format_name`` and
-``file_extension``; adding a format is adding its class to :data:`EXPORTERS`::
+importing the others. Every module of this package (but ``base`` and this one) holds one exporter
+class; the maps are built from each class's own ``format_name`` and ``file_extension``, so adding
+a format is adding its module::
 
     exporter_for_path(Path("run.perfetto-trace"))  # -> PerfettoExporter
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 
+import dlprof.exporters
 from dlprof.exporters.base import Exporter
-from dlprof.exporters.chrome import ChromeExporter
-from dlprof.exporters.perfetto import PerfettoExporter
 
-EXPORTERS: tuple[type[Exporter], ...] = (ChromeExporter, PerfettoExporter)
+
+def _discover() -> tuple[type[Exporter], ...]:
+    found: list[type[Exporter]] = []
+    for info in sorted(pkgutil.iter_modules(dlprof.exporters.__path__), key=lambda m: m.name):
+        if info.name in ("base", "registry"):
+            continue
+        module = importlib.import_module(f"dlprof.exporters.{info.name}")
+        found.extend(
+            value
+            for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Exporter) and value is not Exporter
+            and value.__module__ == module.__name__
+        )
+    return tuple(found)
+
+
+EXPORTERS: tuple[type[Exporter], ...] = _discover()
 
 BY_FORMAT: dict[str, type[Exporter]] = {cls.format_name: cls for cls in EXPORTERS}
 BY_EXTENSION: dict[str, type[Exporter]] = {cls.file_extension: cls for cls in EXPORTERS}

@@ -29,6 +29,8 @@ from dlprof.keys import Kind
 from dlprof.store.nesting import innermost_containing
 
 CLOCK_MARKER = "dlprof::clock_sync"
+# Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
+PROFILER_RANGE = "cuda_profiler_range"
 STEP_PREFIX = "ProfilerStep#"
 
 _KIND_OF_CATEGORY: dict[str, str] = {
@@ -68,6 +70,7 @@ class KinetoTables:
     slices: pa.Table
     memory: pa.Table
     counters: pa.Table
+    metrics: pa.Table  # counter values measured over one slice (cuda_profiler_range)
     clock_offset_ns: int = 0
     clock_bounds_ns: tuple[int, int] | None = None
     skipped: dict[str, int] = field(default_factory=dict)
@@ -156,6 +159,8 @@ def _convert(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
     rows = _SliceColumns()
     memory: dict[str, list[Any]] = {k: [] for k in ("pid", "tid", "device", "ts", "bytes", "total_allocated", "total_reserved", "addr")}
     counters: dict[str, list[Any]] = {k: [] for k in ("pid", "track", "ts", "value")}
+    # Per-kernel hardware counters that Kineto's CUPTI range profiler hangs on its ranges.
+    metrics: dict[str, list[Any]] = {"slice": [], "metric": [], "value": []}
     skipped: dict[str, int] = {}
     marker: tuple[float, float] | None = None
     for event in trace.get("traceEvents", ()):
@@ -172,6 +177,13 @@ def _convert(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
                 if options.drop_steps and name.startswith(STEP_PREFIX):
                     continue
             _add_slice(rows, event, category, name, options)
+            if category == PROFILER_RANGE:
+                index = len(rows.columns["ts"]) - 1
+                for key, value in (event.get("args") or {}).items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        metrics["slice"].append(index)
+                        metrics["metric"].append(f"cupti:{key}")
+                        metrics["value"].append(float(value))
         elif phase == "i" and event.get("name") == _MEMORY_EVENT:
             args = event.get("args", {})
             device_id = args.get("Device Id", -1)
@@ -238,6 +250,16 @@ def _convert(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
             else pa.array([], pa.int64()),
         }
     )
+    metric_slices = np.asarray(metrics["slice"], dtype=np.int64)
+    metric_table = pa.table(
+        {
+            "slice_id": pa.array(ids[metric_slices] if len(metric_slices) else [], pa.int64()),
+            "metric": pa.array(metrics["metric"], pa.string()).dictionary_encode(),
+            "value": pa.array(metrics["value"], pa.float64()),
+            "scope": pa.array(["kernel"] * len(metric_slices), pa.string()).dictionary_encode(),
+            "method": pa.array(["exact"] * len(metric_slices), pa.string()).dictionary_encode(),
+        }
+    )
     counter_table = pa.table(
         {
             "pid": pa.array(counters["pid"], pa.int64()),
@@ -248,7 +270,9 @@ def _convert(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
         }
     )
     devices = [d for d in trace.get("deviceProperties", ()) if isinstance(d, dict)]
-    return KinetoTables(slices, memory_table, counter_table, offset, bounds, skipped, devices)
+    return KinetoTables(
+        slices, memory_table, counter_table, metric_table, offset, bounds, skipped, devices
+    )
 
 
 def clock_offset(
@@ -296,7 +320,7 @@ def _add_slice(
     pid = _as_int(event.get("pid"))
     tid = _as_int(event.get("tid"))
     stream = None
-    if "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET):
+    if "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, PROFILER_RANGE):
         device = f"cuda:{args.get('device', pid)}"
         stream = _as_int(args.get("stream", tid))
         tid = stream

@@ -91,3 +91,16 @@ def test_top_cli_table_and_csv(cnn_run: Path, capsys: pytest.CaptureFixture[str]
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("name,calls,total_ns,self_ns")
     assert {line.split(",")[0] for line in lines[1:]} == {"train_step", "forward"}
+
+
+def test_kernels_group_under_their_launching_op(tmp_path: Path) -> None:
+    run = make_run(tmp_path, [
+        op(1, "aten::mm", 0, 100), op(2, "cudaLaunchKernel", 10, 5, kind="runtime", correlation_id=1),
+        op(3, "aten::add", 200, 50), op(4, "cudaLaunchKernel", 210, 5, kind="runtime", correlation_id=2),
+        op(5, "gemm", 40, 300, tid=7, kind="kernel", device="cuda:0", correlation_id=1),
+        op(6, "gemm", 400, 100, tid=7, kind="kernel", device="cuda:0", correlation_id=2),
+        op(7, "orphan", 600, 10, tid=7, kind="kernel", device="cuda:0", correlation_id=99),
+    ])
+    table = top(run, kind="kernel", group_by=GroupKey.OP).set_index("name")
+    assert table.loc["aten::mm", "total_ns"] == 300 and table.loc["aten::add", "total_ns"] == 100
+    assert table.loc["(no launching op)", "calls"] == 1

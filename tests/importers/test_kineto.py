@@ -104,3 +104,20 @@ def test_small_trace_keeps_its_flops_sizes_steps_and_numbers() -> None:
     assert first.loc["aten::mm", "pid"] == again.loc["aten::mm", "pid"], "string pids number stably"
     dropped = convert_trace(small_trace(), KinetoOptions(id_base=0, drop_steps=True)).slices.to_pandas()
     assert "ProfilerStep#7" not in set(dropped["name"])
+
+
+def test_profiler_range_counters_become_metrics_of_their_range() -> None:
+    (path,) = (TRACES / "cupti_profiler").glob("*.json.gz")
+    trace = read_trace(path)
+    tables = convert_trace(trace, KinetoOptions(id_base=0))
+    ranges = [e for e in trace["traceEvents"] if e.get("cat") == "cuda_profiler_range"]
+    metrics = tables.metrics.to_pandas()
+    expected = sum(
+        1 for e in ranges for v in e["args"].values() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
+    assert len(metrics) == expected > 0
+    slices = tables.slices.to_pandas().set_index("id")
+    owners = slices.loc[metrics["slice_id"].unique()]
+    assert set(owners["kind"]) == {"cuda_profiler_range"}
+    ffma = metrics[metrics["metric"] == "cupti:smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    assert ffma["value"].sum() == sum(e["args"]["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"] for e in ranges)
