@@ -22,11 +22,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.keys import Kind
-from dlprof.store.nesting import innermost_containing
 
 CLOCK_MARKER = "dlprof::clock_sync"
 # Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
@@ -221,33 +219,18 @@ def _convert(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables:
     slices = _slices_table(columns, ids, start, dur)
 
     memory_ts = to_ns(memory["ts"]) if memory["ts"] else np.zeros(0, np.int64)
-    slice_of_alloc = _attribute(columns, start, dur, memory, memory_ts)
-    if len(slice_of_alloc):
-        allocated = np.asarray(memory["bytes"], dtype=np.int64)
-        owned = (slice_of_alloc >= 0) & (allocated > 0)
-        op_bytes = np.zeros(n, dtype=np.int64)
-        np.add.at(op_bytes, slice_of_alloc[owned], allocated[owned])
-        # Ops get the bytes they allocated; memcpy and memset keep the size they moved.
-        merged = pa.array(op_bytes, mask=op_bytes <= 0)
-        position = slices.schema.get_field_index("bytes")
-        slices = slices.set_column(
-            position, "bytes", pc.coalesce(slices.column("bytes"), merged)
-        )
     memory_table = pa.table(
         {
             "pid": pa.array(memory["pid"], pa.int64()),
+            "tid": pa.array(memory["tid"], pa.int64()),
             "device": pa.array(memory["device"], pa.string()).dictionary_encode(),
             "ts_ns": pa.array(memory_ts, pa.int64()),
             "bytes": pa.array(memory["bytes"], pa.int64()),
             "total_allocated": pa.array(memory["total_allocated"], pa.int64()),
             "total_reserved": pa.array(memory["total_reserved"], pa.int64()),
             "addr": pa.array(memory["addr"], pa.int64()),
-            "slice_id": pa.array(
-                np.where(slice_of_alloc >= 0, ids[np.maximum(slice_of_alloc, 0)] if n else 0, 0),
-                mask=slice_of_alloc < 0,
-            )
-            if len(slice_of_alloc)
-            else pa.array([], pa.int64()),
+            # The op that allocated is found when the run is compacted (dlprof.store.attribution).
+            "slice_id": pa.nulls(len(memory_ts), pa.int64()),
         }
     )
     metric_slices = np.asarray(metrics["slice"], dtype=np.int64)
@@ -399,27 +382,3 @@ def _slices_table(
             "stream": pa.array(columns["stream"], pa.int64()),
         }
     )
-
-
-def _attribute(
-    columns: dict[str, list[Any]],
-    start: np.ndarray,
-    dur: np.ndarray,
-    memory: dict[str, list[Any]],
-    memory_ts: np.ndarray,
-) -> np.ndarray:
-    """Index of the innermost CPU op on the allocating thread for each memory event, or -1."""
-    result = np.full(len(memory_ts), -1, dtype=np.int64)
-    if not len(memory_ts) or not len(start):
-        return result
-    tids = np.asarray(columns["tid"], dtype=np.int64)
-    is_op = np.asarray([k in (Kind.OP, Kind.COMM) for k in columns["kind"]])
-    memory_tids = np.asarray(memory["tid"], dtype=np.int64)
-    for tid in np.unique(memory_tids):
-        candidates = np.flatnonzero(is_op & (tids == tid))
-        points = np.flatnonzero(memory_tids == tid)
-        found = innermost_containing(
-            start[candidates], start[candidates] + dur[candidates], memory_ts[points]
-        )
-        result[points] = np.where(found >= 0, candidates[np.maximum(found, 0)], -1)
-    return result

@@ -78,6 +78,7 @@ METRICS = pa.schema(
 MEMORY = pa.schema(
     [
         ("pid", pa.int64()),
+        ("tid", pa.int64()),  # the thread that allocated, to find the op that did
         ("device", _dict_str),
         ("ts_ns", pa.int64()),
         ("bytes", pa.int64()),  # positive for an allocation, negative for a free

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
+from dlprof.store.attribution import attribute_memory
 from dlprof.store.nesting import NestingReport, nest_slices
 from dlprof.store.schema import SCHEMAS, conform, write_parquet
 
@@ -60,23 +61,33 @@ class RankWriter:
         """
         counts: dict[str, int] = {}
         report = NestingReport()
+        chunks = {table: self._chunks(table) for table in StoreTable}
+        merged: dict[StoreTable, pa.Table] = {
+            table: read_chunks(paths, SCHEMAS[table]) for table, paths in chunks.items() if paths
+        }
+        if StoreTable.SLICES in merged:
+            merged[StoreTable.SLICES], report = nest_slices(merged[StoreTable.SLICES])
+            if StoreTable.MEMORY in merged:
+                merged[StoreTable.SLICES], merged[StoreTable.MEMORY] = attribute_memory(
+                    merged[StoreTable.SLICES], merged[StoreTable.MEMORY]
+                )
         for table in StoreTable:
-            directory = rank_dir(self.run_dir, table, self.rank)
-            chunks = sorted(directory.glob(CHUNK_GLOB)) if directory.is_dir() else []
-            part = directory / PART_NAME
-            if not chunks:
+            part = rank_dir(self.run_dir, table, self.rank) / PART_NAME
+            if table not in merged:
                 counts[str(table)] = pq.read_metadata(part).num_rows if part.exists() else 0
                 continue
-            merged = read_chunks(chunks, SCHEMAS[table])
-            if table is StoreTable.SLICES:
-                merged, report = nest_slices(merged)
-            elif "ts_ns" in merged.column_names:
-                merged = merged.sort_by("ts_ns")
-            write_parquet(merged, part)
-            for chunk in chunks:
+            data = merged.pop(table)
+            if "ts_ns" in data.column_names:
+                data = data.sort_by("ts_ns")
+            write_parquet(data, part)
+            for chunk in chunks[table]:
                 chunk.unlink()
-            counts[str(table)] = merged.num_rows
+            counts[str(table)] = data.num_rows
         return counts, report
+
+    def _chunks(self, table: StoreTable) -> list[Path]:
+        directory = rank_dir(self.run_dir, table, self.rank)
+        return sorted(directory.glob(CHUNK_GLOB)) if directory.is_dir() else []
 
 
 def read_chunks(paths: list[Path], schema: pa.Schema) -> pa.Table:
