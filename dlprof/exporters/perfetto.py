@@ -166,6 +166,7 @@ class _Tracks:
     devices: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, device)
     streams: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     counters: dict[tuple[int, int, str, str], int] = field(default_factory=dict)
+    lanes: dict[tuple[int, int], int] = field(default_factory=dict)  # (stream uuid, lane)
     _descriptors: list[pb.TrackDescriptor] = field(default_factory=list)
     _pids: _Ids = field(default_factory=_Ids)
     _tids: _Ids = field(default_factory=_Ids)
@@ -248,6 +249,24 @@ class _Tracks:
                 parent_uuid=parent, name=track, counter=descriptor))
         return uuid
 
+    def lane(self, stream: int, lane: int, packets: _PacketStream) -> int:
+        """A track beside a stream for work that overlaps the stream's own (lane 0 is the stream).
+
+        Perfetto nests the slices of one track; a source that times two kernels of one stream
+        as overlapping gets the later one drawn on a lane of its own, durations untouched.
+        """
+        if lane == 0:
+            return stream
+        uuid = self.lanes.get((stream, lane))
+        if uuid is None:
+            base = self._by_uuid(stream)
+            uuid = self.lanes[(stream, lane)] = self._add(pb.TrackDescriptor(
+                parent_uuid=base.parent_uuid, name=f"{base.name} (overlap {lane})",
+                sibling_order_rank=base.sibling_order_rank))
+            # Written now: the descriptors were all written before the first event.
+            packets.packet().track_descriptor.CopyFrom(self._by_uuid(uuid))
+        return uuid
+
     def _by_uuid(self, uuid: int) -> pb.TrackDescriptor:
         return self._descriptors[uuid - 1]
 
@@ -275,22 +294,32 @@ def _write_slices(packets: _PacketStream, slices: pa.Table, tracks: _Tracks, flo
     categories: dict[tuple[str, str | None], str] = {}
     track = 0
     open_ends: list[int] = []  # end times of the slices open on ``track``, innermost last
+    lane_ends: dict[int, list[int]] = {}  # per stream: when each of its lanes is free again
     for batch in sorted_slice_batches(slices, columns, batch_rows):
         args = slice_args(batch)
         for i, slice_id in enumerate(batch["id"]):
             rank, pid, tid, device = batch["rank"][i], batch["pid"][i], batch["tid"][i], batch["device"][i]
-            uuid = (tracks.threads[(rank, pid, tid)] if device == "cpu"
-                    else tracks.streams[(rank, pid, device, tid)])
             start = batch["start_ns"][i]
-            if uuid != track:
-                _close(packets, track, open_ends, None)
-                track = uuid
-            _close(packets, track, open_ends, start)
-            # The store clips children to their parent; clip here too so that an unnested
-            # store (an old or foreign run) still gives well-formed begin/end pairs.
             end = start + batch["dur_ns"][i]
-            if open_ends:
-                end = min(end, open_ends[-1])
+            if device == "cpu":
+                uuid = tracks.threads[(rank, pid, tid)]
+                if uuid != track:
+                    _close(packets, track, open_ends, None)
+                    track = uuid
+                _close(packets, track, open_ends, start)
+                # The store clips children to their parent; clip here too so that an unnested
+                # store (an old or foreign run) still gives well-formed begin/end pairs.
+                if open_ends:
+                    end = min(end, open_ends[-1])
+            else:
+                # Work on a stream never nests: it ends before the next begins on its lane.
+                stream = tracks.streams[(rank, pid, device, tid)]
+                ends = lane_ends.setdefault(stream, [])
+                lane = next((k for k, free in enumerate(ends) if free <= start), len(ends))
+                if lane == len(ends):
+                    ends.append(end)
+                ends[lane] = end
+                uuid = tracks.lane(stream, lane, packets)
             packet = packets.packet(start, interned=True)
             event = packet.track_event
             event.type = _BEGIN
@@ -306,7 +335,10 @@ def _write_slices(packets: _PacketStream, slices: pa.Table, tracks: _Tracks, flo
                 event.flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
             elif slice_id in flows.targets:
                 event.terminating_flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
-            open_ends.append(end)
+            if device == "cpu":
+                open_ends.append(end)
+            else:
+                _close(packets, uuid, [end], None)
         ticker.advance(len(batch["id"]))
     _close(packets, track, open_ends, None)
 

@@ -1,9 +1,11 @@
-"""Nesting of slices within one thread or stream: depth, parent, self time, computed once.
+"""Nesting of slices within one thread: depth, parent, self time, computed once.
 
 Every table the views print is then a group-by, not a tree walk. Real traces break nesting
 (overlapping kernels on one stream, a child a few nanoseconds longer than its parent, identical
-timestamps); this is the one place that decides, and it counts what it changed so the manifest
-can say so.
+timestamps); this is the one place that decides, and it counts what it decided so the manifest
+can say so: a CPU slice that overruns its parent is clipped to it; slices on a device stream
+never nest (a stream runs one piece of work after another), so overlaps there are kept and only
+counted.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class NestingReport:
 
     clipped_to_parent: int = 0
     negative_durations: int = 0
+    # Device slices starting before the previous one on their stream ends (kept as they are).
+    overlapping_on_device: int = 0
 
     def as_counts(self) -> dict[str, int]:
         return {k: v for k, v in self.__dict__.items() if v}
@@ -36,12 +40,13 @@ class _Tracks:
 
     order: np.ndarray
     track_change: np.ndarray = field(repr=False)
+    on_device: np.ndarray = field(repr=False)
 
 
 def _sort(table: pa.Table) -> _Tracks:
     pid = table.column("pid").to_numpy(zero_copy_only=False)
     tid = table.column("tid").to_numpy(zero_copy_only=False)
-    device = _codes(table.column("device"))
+    device, cpu_code = _codes(table.column("device"), "cpu")
     start = table.column("start_ns").to_numpy(zero_copy_only=False)
     dur = table.column("dur_ns").to_numpy(zero_copy_only=False)
     kinds = table.column("kind").combine_chunks()
@@ -58,15 +63,18 @@ def _sort(table: pa.Table) -> _Tracks:
     change = np.ones(len(order), dtype=bool)
     if len(order) > 1:
         change[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
-    return _Tracks(order=order, track_change=change)
+    return _Tracks(order=order, track_change=change, on_device=device[order] != cpu_code)
 
 
-def _codes(column: pa.ChunkedArray) -> np.ndarray:
-    """Integer codes for a (dictionary or plain) string column, equal strings equal codes."""
+def _codes(column: pa.ChunkedArray, value: str) -> tuple[np.ndarray, int]:
+    """Integer codes for a string column (equal strings, equal codes), and the code of ``value``."""
     values = column.combine_chunks()
     if isinstance(values, pa.DictionaryArray):
         values = values.dictionary_decode()
-    return np.asarray(pc.dictionary_encode(values.fill_null("")).indices)
+    encoded = pc.dictionary_encode(values.fill_null("cpu"))
+    dictionary = encoded.dictionary.to_pylist()
+    code = dictionary.index(value) if value in dictionary else -1
+    return np.asarray(encoded.indices), code
 
 
 def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
@@ -78,8 +86,9 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
 
     Returns:
         The same slices sorted by (pid, device, tid, start), with ``dur_ns`` clipped to the
-        parent's end where a child overran it, and ``depth``, ``parent_id``, ``self_ns`` set;
-        and a report of what was changed.
+        parent's end where a CPU child overran it, and ``depth``, ``parent_id``, ``self_ns`` set
+        (device slices: depth 0, no parent, self time their duration); and a report of what was
+        changed or found.
     """
     report = NestingReport()
     n = table.num_rows
@@ -95,14 +104,25 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     start = table.column("start_ns").to_numpy(zero_copy_only=False)[order].tolist()
     end = (table.column("start_ns").to_numpy(zero_copy_only=False) + dur_in)[order].tolist()
     change = tracks.track_change.tolist()
+    on_device = tracks.on_device.tolist()
 
     parent = [-1] * n
     depth = [0] * n
     clipped = 0
+    overlapping = 0
     stack: list[int] = []
+    stream_end = 0
     for i in range(n):
         if change[i]:
             stack.clear()
+            stream_end = start[i]
+        if on_device[i]:
+            # Work on a stream never contains other work: overlaps are the source's timing,
+            # kept (clipping would lose device time) and counted.
+            if start[i] < stream_end:
+                overlapping += 1
+            stream_end = max(stream_end, end[i])
+            continue
         s = start[i]
         while stack and s >= end[stack[-1]]:
             stack.pop()
@@ -115,6 +135,7 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
                 clipped += 1
         stack.append(i)
     report.clipped_to_parent = clipped
+    report.overlapping_on_device = overlapping
 
     sorted_table = table.take(pa.array(order))
     dur = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)

@@ -86,6 +86,7 @@ MEMORY = pa.schema(
         ("total_reserved", pa.int64()),
         ("addr", pa.int64()),
         ("slice_id", pa.int64()),
+        ("category", _dict_str),  # what the memory holds, where known (parameter, activation...)
     ]
 )
 

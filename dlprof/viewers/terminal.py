@@ -49,6 +49,51 @@ def _count(value: float) -> str:
     return f"{int(value)}"
 
 
+NAME_WIDTH = 90
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A long C++ kernel name made readable: parameters, then template arguments, then the tail
+    are dropped until it fits (tables for scripts keep the whole name)."""
+    if len(name) <= width:
+        return name
+    if name.endswith(")") and "(" in name:
+        name = name[: _matching_open(name, len(name) - 1, "(", ")")] + "(…)"
+    if len(name) > width and "<" in name:
+        name = _collapse(name, "<", ">")
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _matching_open(text: str, close: int, opening: str, closing: str) -> int:
+    depth = 0
+    for index in range(close, -1, -1):
+        if text[index] == closing:
+            depth += 1
+        elif text[index] == opening:
+            depth -= 1
+            if depth == 0:
+                return index
+    return close
+
+
+def _collapse(text: str, opening: str, closing: str) -> str:
+    """Replace every outermost bracketed part with an ellipsis: f<a<b>> -> f<…>."""
+    out: list[str] = []
+    depth = 0
+    for char in text:
+        if char == opening:
+            if depth == 0:
+                out.append(opening + "…")
+            depth += 1
+        elif char == closing and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(closing)
+        elif depth == 0:
+            out.append(char)
+    return "".join(out)
+
+
 def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
     """A column's header and its cells as text, in one unit per column."""
     header = _HEADERS.get(name, name)
@@ -59,6 +104,8 @@ def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
         return header, [f"{v:.2f}" for v in values]
     if name in ("bytes", "flops"):
         return header, ["" if not v else _count(v) for v in values]
+    if name == "name":
+        return header, [short_name(str(v)) for v in values]
     return header, [str(v) for v in values]
 
 

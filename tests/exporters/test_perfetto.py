@@ -185,11 +185,19 @@ def test_counters_and_memory_become_counter_tracks(cnn_run: Path, tmp_path: Path
 def test_gpu_streams_under_their_device(gpu_run: Path, tmp_path: Path) -> None:
     run, parsed = export(gpu_run, tmp_path)
     device_work = run.slices[run.slices.device != "cpu"]
+    def stream_of(name: str) -> str:  # overlapping work is drawn on lanes beside its stream
+        return name.split(" (overlap")[0]
+
     streams = {u: t for u, t in parsed.tracks.items() if t.name.startswith("stream ")}
-    assert sorted(t.name for t in streams.values()) == sorted(f"stream {s}" for s in set(device_work.tid))
+    assert sorted({stream_of(t.name) for t in streams.values()}) == sorted(f"stream {s}" for s in set(device_work.tid))
     assert {parsed.tracks[t.parent_uuid].name for t in streams.values()} == {"cuda:0"}
-    on_streams = Counter(parsed.tracks[s.track].name for s in parsed.slices if s.track in streams)
+    on_streams = Counter(stream_of(parsed.tracks[s.track].name) for s in parsed.slices if s.track in streams)
     assert on_streams == Counter(f"stream {tid}" for tid in device_work.tid)
+    lanes = [t for t in streams.values() if "(overlap" in t.name]
+    ordered = device_work.sort_values(["tid", "start_ns"])
+    ends = (ordered.start_ns + ordered.dur_ns).groupby(ordered.tid).cummax().groupby(ordered.tid).shift()
+    overlapping = int((ordered.start_ns < ends).sum())
+    assert bool(lanes) == (overlapping > 0)
 
 
 def test_flows_lead_from_runtime_calls_to_device_work(gpu_run: Path, tmp_path: Path) -> None:

@@ -166,3 +166,14 @@ def test_truncated_parquet_is_reported_as_damaged(tmp_path: Path) -> None:
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     with pytest.raises(RunError, match="damaged Parquet file"):
         _ = load(tmp_path).slices
+
+
+def test_device_streams_stay_flat_and_overlaps_are_counted() -> None:
+    table = slices([(1, 7, "kernel", "k1", 0, 100), (2, 7, "kernel", "k2", 50, 100), (3, 7, "kernel", "k3", 300, 10)])
+    table = table.set_column(table.schema.get_field_index("device"), "device",
+                             pa.array(["cuda:0"] * 3).dictionary_encode())
+    nested, report = nest_slices(table)
+    rows = by_name(nested)
+    assert [rows[k]["depth"] for k in ("k1", "k2", "k3")] == [0, 0, 0]
+    assert rows["k2"]["dur_ns"] == 100 and rows["k2"]["self_ns"] == 100, "device time is never clipped"
+    assert report.overlapping_on_device == 1 and report.clipped_to_parent == 0

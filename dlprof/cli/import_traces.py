@@ -1,0 +1,59 @@
+"""``dlprof import``: PyTorch profiler (Kineto) and other Chrome traces into a run directory."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+from dlprof.cli.common import UsageError
+from dlprof.config import RUNS_DIR
+from dlprof.importers.trace_file import TraceImportError, import_traces
+
+HELP = """Import trace files into a run, so every dlprof command works on them.
+
+Takes PyTorch profiler traces (Kineto's Chrome JSON, .json or .json.gz), any other Chrome
+trace (best effort: slices, counters, flows), and torch's raw memory timelines
+(export_memory_timeline_raw). Several files become the ranks of one run, numbered by their
+distributedInfo.rank or, failing that, by their order here.
+
+\b
+Examples:
+  dlprof import trace.json.gz                       # -> ./dlprof-runs/<time>-trace
+  dlprof import -o runs/job rank0.json rank1.json   # two ranks, one run
+  dlprof import trace.json && dlprof top --kind kernel
+"""
+
+
+@click.command("import", help=HELP)
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory to create (default: ./dlprof-runs/<time>-<first file>).")
+def command(traces: tuple[Path, ...], out: Path | None) -> int:
+    stem = traces[0].name.split(".")[0] or "trace"
+    run_dir = out or RUNS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UsageError(f"{run_dir}: already exists and is not empty; choose another -o")
+    console = Console(stderr=True)
+    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress("[progress.description]{task.description}", *columns, console=console,
+                  transient=True) as bar:
+        task = bar.add_task("importing", total=None)
+
+        def report(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            manifest = import_traces(list(traces), run_dir, command=list(sys.argv), progress=report)
+        except TraceImportError as error:
+            raise UsageError(str(error)) from None
+    events = sum(manifest.counts.values())
+    changed = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in manifest.normalised.items())
+    print(f"imported {len(traces)} file(s), {events} events, ranks {manifest.ranks}: {run_dir}")
+    if changed:
+        print(f"normalised to nest: {changed}")
+    return 0
