@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install lint clean
+.PHONY: demo test test-fast install lint tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,16 @@ demo: $(STAMP)
 	$(BIN)/dlprof run examples/torch_cnn.py
 
 ## Install everything and run the whole test suite.
-test: $(STAMP)
+test: $(STAMP) tools
 	$(BIN)/python -m pytest -q
+
+## Programs some tests read exports back with: `go tool pprof` (Debian's golang-go).
+tools:
+	@command -v go >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && apt-get install -y -qq golang-go >/dev/null) || \
+	      echo "golang-go could not be installed: the go tool pprof test will be skipped"; \
+	  else echo "go is not installed and this is not root: the go tool pprof test will be skipped"; fi; }
 
 ## The suite without the tests marked slow.
 test-fast: $(STAMP)

@@ -11,6 +11,7 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dlprof.keys import TableFormat
 
@@ -115,18 +116,19 @@ def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> 
     # Off a terminal (a pipe, a file) nothing limits the width: keep names whole.
     width = None if stream.isatty() else 220
     console = Console(file=stream, width=width, highlight=False)
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     cells: list[list[str]] = []
     for column in frame.columns:
         header, values = format_column(column, frame[column])
         numeric = column not in ("name", "input_shapes")
         if numeric:
-            table.add_column(header, justify="right", no_wrap=True)
+            table.add_column(Text(header), justify="right", no_wrap=True)
         else:
-            table.add_column(header, justify="left", overflow="fold", ratio=1, min_width=24)
+            table.add_column(Text(header), justify="left", overflow="fold", ratio=1, min_width=24)
         cells.append(values)
     for row in zip(*cells, strict=True):
-        table.add_row(*row)
+        # Text, not str: a name such as "[/]" or "[red]" is shown as written, never as markup.
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
 
 

@@ -104,3 +104,15 @@ def test_kernels_group_under_their_launching_op(tmp_path: Path) -> None:
     table = top(run, kind="kernel", group_by=GroupKey.OP).set_index("name")
     assert table.loc["aten::mm", "total_ns"] == 300 and table.loc["aten::add", "total_ns"] == 100
     assert table.loc["(no launching op)", "calls"] == 1
+
+
+def test_names_that_look_like_markup_print_as_written(tmp_path: Path) -> None:
+    import io
+
+    from dlprof.viewers.terminal import render_table
+
+    run = make_run(tmp_path, [op(1, "[/]", 0, 10), op(2, "[red]danger[/red]", 20, 10)])
+    out = io.StringIO()
+    render_table(top(run), "t [bold]", out)
+    text = out.getvalue()
+    assert "[/]" in text and "[red]danger[/red]" in text and "t [bold]" in text

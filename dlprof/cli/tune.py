@@ -1,0 +1,83 @@
+"""``dlprof tune``: the kernels most worth tuning, ranked, each with its reasons in words."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import pandas as pd
+
+from dlprof.analysis.aggregate import kinds_present
+from dlprof.analysis.tuning import Basis, tuning_candidates
+from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.importers.kineto import PROFILER_RANGE
+from dlprof.keys import TableFormat
+from dlprof.viewers.terminal import short_name, write_table
+
+HELP = """Rank a run's kernels by how much tuning them may gain, and say why.
+
+With per-kernel counters the score is TAU's ranking: (active warps per instruction) x
+exclusive time plus (global loads per instruction) x exclusive time. Without them, exclusive
+time x the signals of the launch configuration: estimated occupancy below 50%, more than 64
+registers per thread, fewer blocks than the GPU has SMs, kernels shorter than their launch.
+Times are exclusive milliseconds summed over each kernel name's calls.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+\b
+Examples:
+  dlprof tune                      # newest run, the 15 best candidates
+  dlprof tune RUN --limit 5
+  dlprof tune RUN --format json    # reasons as lists, for scripts
+"""
+
+_BASIS_WORDS = {
+    Basis.COUNTERS: "(metric per instruction) x exclusive ms",
+    Basis.LAUNCH: "exclusive ms x launch-configuration signals",
+}
+
+
+@click.command("tune", help=HELP)
+@run_argument
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
+              help="Candidates to show (0: all).")
+@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
+              default=TableFormat.TABLE.value, show_default=True,
+              help="Table for a person, CSV or JSON for a script.")
+def command(run: str | None, limit: int, fmt: str) -> int:
+    loaded = open_run(run)
+    try:
+        found = tuning_candidates(loaded, limit=limit or None)
+    except ValueError:
+        present = kinds_present(loaded)
+        detail = f"this run has: {', '.join(present)}" if present else "the run holds no slices"
+        if PROFILER_RANGE in present:
+            detail += (f"; its {PROFILER_RANGE} slices carry counters but placeholder durations "
+                       "(dlprof metrics shows them)")
+        raise UsageError(f"{loaded.path}: no kernels to rank; {detail}") from None
+    if found.basis is Basis.LAUNCH:
+        print("dlprof: no per-kernel counters in this run: ranked by exclusive time x "
+              "launch-configuration signals", file=sys.stderr)
+    if found.table.empty:
+        print("dlprof: no kernel matched a tuning rule", file=sys.stderr)
+    title = f"{loaded.path.name}: tuning candidates, score = {_BASIS_WORDS[found.basis]} ({loaded.status})"
+    table_format = TableFormat(fmt)
+    table = found.table
+    if table_format is TableFormat.TABLE:
+        shown = table.drop(columns=["reasons", "rules"])
+        write_table(shown.assign(score=[f"{s:.3g}" for s in table["score"]]), title, table_format)
+        _write_reasons(table)
+        return 0
+    if table_format is TableFormat.CSV:
+        table = table.assign(reasons=table["reasons"].map("; ".join),
+                             rules=table["rules"].map(" ".join))
+    write_table(table, title, table_format)
+    return 0
+
+
+def _write_reasons(table: pd.DataFrame) -> None:
+    """Each candidate's reasons under its rank, below the table (a cell would crush them)."""
+    for rank, name, reasons in zip(table["rank"], table["name"], table["reasons"], strict=True):
+        click.echo(f"{rank:>4}  {short_name(str(name))}")
+        for reason in reasons:
+            click.echo(f"        - {reason}")

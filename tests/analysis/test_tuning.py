@@ -1,0 +1,199 @@
+"""Tuning candidates: rankings on real A100 kernel traces, checked against scores recomputed here
+from the raw JSON, and the counter-based ranking on a run whose counters the test sets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dlprof
+from dlprof.analysis.tuning import (
+    CANDIDATE_COLUMNS,
+    RULES,
+    Basis,
+    KernelSummary,
+    RegisterPressure,
+    TuningContext,
+    kernel_summaries,
+    tuning_candidates,
+)
+from dlprof.store.reader import Run
+from tests.analysis.test_derived import (
+    A100,
+    HAND_BUILT,
+    Kernel,
+    counters,
+    cupti_profiler_trace,
+    import_trace_run,
+    write_counter_run,
+)
+from tests.conftest import KINETO_TRACES
+
+
+def trace_path(scenario: str) -> Path:
+    (found,) = (KINETO_TRACES / scenario).glob("*.json.gz")
+    return found
+
+
+@pytest.fixture(scope="module")
+def simple_add(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    path = trace_path("critical_path/simple_add")
+    return dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "add", path))
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    path = trace_path("triton_example")
+    return dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "triton", path))
+
+
+def expected_scores(path: Path) -> dict[str, float]:
+    """Each kernel name's launch-configuration score, from the raw trace and the documented rules.
+
+    Occupancy is time-weighted over calls, registers the most of any call, the grid the median
+    blocks, the launch the shortest runtime call with the kernel's correlation id; the device is
+    an A100 (108 SMs, 2048 threads and 65536 registers per SM).
+    """
+    with gzip.open(path) as file:
+        events = json.load(file)["traceEvents"]
+    launches: dict[int, float] = {}
+    for event in events:
+        if event.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in event.get("args", {}):
+            launches[event["args"]["correlation"]] = event["dur"]
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("cat") == "kernel":
+            calls.setdefault(event["name"], []).append(event)
+    scores = {}
+    for name, found in calls.items():
+        time_us = sum(e["dur"] for e in found)
+        weight = 0.0
+        occupancy = sum(e["args"]["est. achieved occupancy %"] * e["dur"] for e in found) / time_us
+        if occupancy < 50:
+            weight += (50 - occupancy) / 50
+        registers = max(e["args"]["registers per thread"] for e in found)
+        if registers > 64:
+            weight += 1 - min(1.0, math.floor(65536 / (registers * 32)) * 32 / 2048)
+        blocks = statistics.median(math.prod(e["args"]["grid"]) for e in found)
+        if blocks < 108:
+            weight += (108 - blocks) / 108
+        threshold = max(5.0, min(launches[e["args"]["correlation"]] for e in found))
+        if time_us / len(found) < threshold:
+            weight += 1 - time_us / len(found) / threshold
+        if weight:
+            scores[name] = weight * time_us / 1000
+    return scores
+
+
+def test_simple_add_is_ranked_by_time_times_launch_signals(simple_add: Run) -> None:
+    found = tuning_candidates(simple_add)
+    assert found.basis is Basis.LAUNCH
+    table = found.table
+    assert list(table.columns) == CANDIDATE_COLUMNS
+    want = expected_scores(trace_path("critical_path/simple_add"))
+    assert set(table["name"]) == set(want)
+    for name, score in zip(table["name"], table["score"], strict=True):
+        assert score == pytest.approx(want[name], rel=1e-6), name
+    assert list(table["name"]) == sorted(want, key=lambda n: (-want[n], n))
+    assert table["rank"].tolist() == list(range(1, len(table) + 1))
+    assert all(len(r) == len(n) > 0 for r, n in zip(table["reasons"], table["rules"], strict=True))
+
+
+def test_simple_add_reasons_in_words(simple_add: Run) -> None:
+    table = tuning_candidates(simple_add).table.set_index("name")
+    first = table.iloc[0]
+    assert str(table.index[0]).startswith("sm80_xmma_fprop_implicit_gemm")
+    assert first["rules"] == ["low-occupancy", "register-pressure"]
+    assert first["reasons"][0].startswith("estimated occupancy 0% (< 50%)")
+    assert "252 registers per thread (> 64)" in first["reasons"][1]
+    assert "cap occupancy at 12%" in first["reasons"][1]  # 8 warps of 64 fit in 65536 registers
+    offsets = table.loc[
+        "void cask_cudnn::computeOffsetsKernel<false, false>(cask_cudnn::ComputeOffsetsParams)"
+    ]
+    assert "grid of 12 blocks on 108 SMs: 96 SMs idle" in offsets["reasons"]
+    # 4 us per call; its launch calls took 48 us and, the very first, 4.2 s (loading the module):
+    # the shortest is the yardstick.
+    assert any("less than the 48.0 us its launch call takes" in r for r in offsets["reasons"])
+
+
+def test_triton_kernel_one_block_and_short(triton: Run) -> None:
+    table = tuning_candidates(triton).table
+    assert table["name"].tolist() == ["triton_poi_fused_add_cos_sin_0"]
+    row = table.iloc[0]
+    assert row["rules"] == ["low-occupancy", "small-grid", "short-kernel"]  # 16 registers: fine
+    assert "grid of 1 block on 108 SMs: 107 SMs idle" in row["reasons"]
+    assert "1.8 us per call, less than the 47.8 us its launch call takes" in row["reasons"][2]
+    assert row["score"] == pytest.approx(expected_scores(trace_path("triton_example"))[row["name"]])
+
+
+# Three kernels with counters: "gemm" takes the time, "relu" has the worst ratios, "copy" none.
+COUNTED = [
+    *HAND_BUILT,
+    Kernel("copy", 50, grid="[4,1,1]", occupancy=10.0, registers=32),
+]
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return dlprof.load(write_counter_run(tmp_path_factory.mktemp("runs") / "counted", COUNTED))
+
+
+def test_counters_rank_by_metric_per_instruction_times_time(counted: Run) -> None:
+    found = tuning_candidates(counted)
+    assert found.basis is Basis.COUNTERS
+    table = found.table.set_index("name")
+    # gemm: warps/inst = 112000 / 10000, gld/inst = 1000 / 10000, over 0.4 ms.
+    assert table.loc["gemm", "score"] == pytest.approx((112_000 / 10_000 + 1000 / 10_000) * 0.4)
+    # relu: 12800 / 400 = 32 warps per instruction and 0.5 loads, over 0.02 ms.
+    assert table.loc["relu", "score"] == pytest.approx((32 + 0.5) * 0.02)
+    assert table.loc["gemm", "rules"] == ["warps-per-instruction", "global-loads-per-instruction"]
+    assert table.loc["gemm", "reasons"][0].startswith("11.2 warps/inst:")
+    # "copy" has no counters: its launch signals are listed but do not count in this basis.
+    assert table.loc["copy", "score"] == 0.0
+    assert table.loc["copy", "rules"] == ["low-occupancy", "small-grid"]
+    assert list(table.index) == ["gemm", "relu", "copy"]
+
+
+def test_counters_of_profiler_ranges_join_kernels_of_the_same_name(tmp_path: Path) -> None:
+    kernels = [
+        Kernel("gemm", 100),
+        Kernel("gemm", 999, counters(1000, 500, 4000, 250), kind="cuda_profiler_range"),
+    ]
+    run = dlprof.load(write_counter_run(tmp_path / "ranges", kernels))
+    (summary,) = kernel_summaries(run)
+    assert summary.per_inst == {"warps_per_inst": 4.0, "gld_per_inst": 0.25}
+    assert summary.self_ns == 100_000  # the kernel's time, not the range's placeholder
+    assert tuning_candidates(run).table.loc[0, "score"] == pytest.approx(4.25 * 0.1)
+
+
+def test_rules_describe_themselves() -> None:
+    names = [rule.name for rule in RULES]
+    assert len(set(names)) == len(names)
+    for rule in RULES:
+        assert rule.description.endswith(".") and isinstance(rule.basis, Basis)
+    assert {rule.basis for rule in RULES} == set(Basis)
+
+
+def test_register_pressure_without_device_properties() -> None:
+    kernel = KernelSummary("k", calls=1, self_ns=1000, total_ns=1000, device="cuda:0", registers=255)
+    finding = RegisterPressure().match(kernel, TuningContext({}))
+    assert finding is not None and finding.weight == 1.0
+    assert "at the 255 limit: likely spilling" in finding.reason
+    with_device = RegisterPressure().match(kernel, TuningContext({"cuda:0": A100}))
+    assert with_device is not None and "cap occupancy at 12%" in with_device.reason
+
+
+def test_a_run_without_kernels_is_an_error(tmp_path: Path) -> None:
+    run = dlprof.load(import_trace_run(tmp_path / "cupti", cupti_profiler_trace()))
+    with pytest.raises(ValueError, match="no kernels"):
+        tuning_candidates(run)
+
+
+def test_limit(simple_add: Run) -> None:
+    assert len(tuning_candidates(simple_add, limit=3).table) == 3
