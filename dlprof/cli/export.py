@@ -19,12 +19,14 @@ from dlprof.exporters.registry import (
 )
 
 DEFAULT_FORMAT = "chrome"
+_NAME_WIDTH = max(len(name) for name in BY_FORMAT)
+_EXTENSION_WIDTH = max(len(cls.file_extension) for cls in BY_FORMAT.values())
 
 HELP = f"""Export a run as a trace file for a timeline viewer or a trace analyser.
 
 \b
 Formats (and the extension that picks each when --format is left out):
-{chr(10).join(f"  {n:<9} {c.file_extension:<16} {c.description}" for n, c in BY_FORMAT.items())}
+{chr(10).join(f"  {n:<{_NAME_WIDTH}}  {c.file_extension:<{_EXTENSION_WIDTH}}  {c.description}" for n, c in BY_FORMAT.items())}
 
 RUN is a run directory; by default the newest under ./dlprof-runs. With neither --format nor
 -o the format is {DEFAULT_FORMAT}. Without -o the trace goes into the run

@@ -303,7 +303,10 @@ def _add_slice(
     pid = _as_int(event.get("pid"))
     tid = _as_int(event.get("tid"))
     stream = None
-    if "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, PROFILER_RANGE):
+    # Runtime calls are CPU work even when they name a stream (ROCm's hipLaunchKernel does).
+    if kind != Kind.RUNTIME and (
+        "stream" in args or kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, PROFILER_RANGE)
+    ):
         device = f"cuda:{args.get('device', pid)}"
         stream = _as_int(args.get("stream", tid))
         tid = stream
