@@ -46,7 +46,7 @@ Examples:
 @run_argument
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_NAMES, case_sensitive=False),
               default=None, help="Trace format (default: from -o's extension, else chrome).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="File to write (default: trace.<ext> inside the run directory).")
 def command(run: str | None, fmt: str | None, output: str | None) -> int:
     loaded = open_run(run)

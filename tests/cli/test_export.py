@@ -126,3 +126,10 @@ def test_as_the_installed_program(gpu_run: Path, tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
     assert failed.stderr.startswith("dlprof: error:") and len(failed.stderr.splitlines()) == 1
+
+
+def test_tau_exports_twice_into_the_same_directory(cnn_run: Path, tmp_path: Path) -> None:
+    target = tmp_path / "profiles.tau"
+    for _ in range(2):
+        assert main(["export", str(cnn_run), "--format", "tau", "-o", str(target)]) == 0
+    assert sorted(p.name for p in target.iterdir())[0] == "profile.0.0.0"

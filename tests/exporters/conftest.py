@@ -71,3 +71,20 @@ def empty_run(tmp_path: Path) -> Path:
     Manifest(name="empty", command=["python"], status=RunStatus.COMPLETE).write(run_dir)
     RankWriter(run_dir, 0).compact()
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def cupti_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One rank of a real A100 trace from Kineto's CUPTI range profiler: nine hardware counters
+    per kernel (``cupti:smsp__...``) in the metrics table, beside CPU ops and runtime calls."""
+    (trace_path,) = (KINETO_TRACES / "cupti_profiler").glob("*.json.gz")
+    run_dir = write_imported_run(tmp_path_factory.mktemp("runs") / "cupti", trace_path, (0,))
+    # The same import again, for its metrics: the ids are the same, so they name the stored slices.
+    tables = convert_trace(read_trace(trace_path), KinetoOptions(id_base=id_base(0, SLOT_IMPORT)))
+    writer = RankWriter(run_dir, 0)
+    writer.write_chunk(StoreTable.METRICS, tables.metrics, "import")
+    counts, _ = writer.compact()
+    manifest = Manifest.read(run_dir)
+    manifest.counts = counts
+    manifest.write(run_dir)
+    return run_dir
