@@ -116,8 +116,8 @@ def pprof_tables(run: Run, rank: int | None = None) -> list[ThreadProfile]:
             "self_ns": slices["self_ns"].fillna(0).astype("int64").to_numpy(),
         }
     )
-    parent = _parent_positions(slices)
-    outermost = _outermost_of_name(parent, pd.factorize(frame["name"])[0])
+    parent = parent_positions(slices)
+    outermost = outermost_of_name(parent, pd.factorize(frame["name"])[0])
     has_parent = parent >= 0
     frame["subrs"] = np.bincount(parent[has_parent], minlength=len(frame))
     frame["outer_ns"] = np.where(outermost, frame["dur_ns"], 0)
@@ -236,7 +236,7 @@ def _finish(table: pd.DataFrame, wall_ns: float) -> pd.DataFrame:
     return table[PPROF_COLUMNS]
 
 
-def _parent_positions(slices: pd.DataFrame) -> np.ndarray:
+def parent_positions(slices: pd.DataFrame) -> np.ndarray:
     """For each slice, the row position of its parent in ``slices``, or -1 for a root.
 
     Ids are looked up within the slice's rank: the store makes them unique across ranks, but a
@@ -253,7 +253,7 @@ def _parent_positions(slices: pd.DataFrame) -> np.ndarray:
     return np.asarray(keys.get_indexer(wanted), dtype=np.int64)
 
 
-def _outermost_of_name(parent: np.ndarray, name_code: np.ndarray) -> np.ndarray:
+def outermost_of_name(parent: np.ndarray, name_code: np.ndarray) -> np.ndarray:
     """True for each slice with no ancestor of the same name.
 
     Walks every slice's ancestors one level per pass, all slices at once, so the cost is the

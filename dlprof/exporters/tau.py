@@ -43,7 +43,7 @@ import pandas as pd
 
 # The private helpers are pprof's own walk of the slice tree; the TAU file must count exactly
 # as ``dlprof pprof`` prints, so it uses them rather than a copy.
-from dlprof.analysis.pprof import _outermost_of_name, _parent_positions, pprof_tables
+from dlprof.analysis.pprof import outermost_of_name, parent_positions, pprof_tables
 from dlprof.exporters.base import Exporter, ExportError, Ticker
 from dlprof.exporters.tau_format import (
     CONTEXT_SEPARATOR,
@@ -173,7 +173,7 @@ class _SliceTree:
         ])
         known = pd.MultiIndex.from_tuples([(t.rank, t.pid, t.tid, t.device) for t in tracks])
         self.track = np.asarray(known.get_indexer(keys), dtype=np.int64)  # index into tracks
-        self.parent = _parent_positions(slices)
+        self.parent = parent_positions(slices)
         self.ids = pd.MultiIndex.from_arrays([rank, slices["id"].astype("int64").to_numpy()])
         self.dur_ns = slices["dur_ns"].fillna(0).astype("int64").to_numpy()
         self.self_ns = slices["self_ns"].fillna(0).astype("int64").to_numpy()
@@ -219,7 +219,7 @@ class _SliceTree:
 
     def _table(self, key: np.ndarray, names: np.ndarray, mask: np.ndarray,
                values: list[tuple[np.ndarray, np.ndarray]], group_prefix: str) -> pd.DataFrame:
-        outermost = _outermost_of_name(self.parent, key)
+        outermost = outermost_of_name(self.parent, key)
         data: dict[str, np.ndarray] = {"track": self.track, "key": key,
                                        "calls": np.ones(len(key), np.int64), "subrs": self.children}
         for m, (inclusive, exclusive) in enumerate(values):
