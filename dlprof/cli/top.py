@@ -31,16 +31,16 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 
 @click.command("top", help=HELP)
 @run_argument
-@click.option("--by", "by", type=_choice(SortKey), default=SortKey.MICROS, show_default=True,
+@click.option("--by", "by", type=_choice(SortKey), default=SortKey.MICROS.value, show_default=True,
               help="Sort key: total time, self time, calls, bytes allocated, FLOPs, device time.")
 @click.option("--kind", default="op", show_default=True,
               help="Kind of slice: op, module, region, step, kernel, ... (any kind in the run).")
-@click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME,
-              show_default=True, help="One row per name, or per name and input shapes.")
+@click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME.value,
+              show_default=True, help="One row per name, per name and input shapes, or (device work) per launching op.")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
               help="Rows to show (0: all).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
-@click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE,
+@click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
             fmt: str) -> int:

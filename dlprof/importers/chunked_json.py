@@ -63,6 +63,7 @@ class ChunkedTrace:
     def _array(self, position: int, header_prefix: bytes | None) -> Iterator[list[dict[str, Any]]]:
         raw = self._raw
         size = len(raw)
+        event_end = _event_boundary(raw, position)
         while True:
             position = _skip_space_and_commas(raw, position)
             if position >= size:
@@ -70,8 +71,7 @@ class ChunkedTrace:
             if raw[position : position + 1] == b"]":
                 self._finish(position + 1, header_prefix)
                 return
-            cut = raw.find(b"\n", position + self._chunk_bytes)
-            cut = size if cut < 0 else cut
+            cut = _next_cut(raw, position + self._chunk_bytes, event_end)
             while True:
                 piece = raw[position:cut].rstrip()
                 events, consumed = _parse_events(piece)
@@ -114,6 +114,33 @@ class ChunkedTrace:
         rest = self._raw[after_array:]
         self.header = _parse_object(header_prefix + b'"traceEvents": []' + rest)
         self.header.pop("traceEvents")
+
+
+def _event_boundary(raw: bytes, array_start: int) -> re.Pattern[bytes] | None:
+    """How events end in this file: None when one event is one line (any newline will do), else
+    the line that closes an event (torch writes one field per line, each event closed by ``}``
+    at the indentation its ``{`` had)."""
+    opening = raw.find(b"{", array_start)
+    if opening < 0:
+        return None
+    line_start = raw.rfind(b"\n", 0, opening) + 1
+    line_end = raw.find(b"\n", opening)
+    first_line = raw[opening : line_end if line_end >= 0 else len(raw)].rstrip(b" \t\r,")
+    if first_line.endswith(b"}"):
+        return None
+    indent = re.escape(raw[line_start:opening])
+    return re.compile(rb"\n" + indent + rb"\},?[ \t\r]*(?=\n)")
+
+
+def _next_cut(raw: bytes, start: int, event_end: re.Pattern[bytes] | None) -> int:
+    """Where to end the next piece: at an event's end at or after ``start`` (or the file's end)."""
+    if start >= len(raw):
+        return len(raw)
+    if event_end is None:
+        cut = raw.find(b"\n", start)
+        return len(raw) if cut < 0 else cut
+    found = event_end.search(raw, start)
+    return len(raw) if found is None else found.end()
 
 
 def _skip_space_and_commas(raw: bytes, position: int) -> int:

@@ -124,3 +124,14 @@ def test_truncated_gzip_is_reported(tmp_path: Path) -> None:
 
 def test_format_error_is_a_value_error() -> None:
     assert issubclass(TraceFormatError, ValueError)
+
+
+def test_one_field_per_line_traces_cut_between_events() -> None:
+    # torch 2.x writes each field of an event on its own line, the event closed by "  },".
+    events = [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1,
+               "args": {"Input Dims": [[2, 3], []], "nested": {"a": [1]}}} for i in range(200)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "x"}, indent=2).encode()
+    trace = ChunkedTrace(text, chunk_bytes=300)
+    pieces = list(trace.chunks())
+    assert [e for piece in pieces for e in piece] == events
+    assert len(pieces) > 20 and trace.header == {"schemaVersion": 1, "traceName": "x"}

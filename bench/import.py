@@ -1,0 +1,354 @@
+"""How fast dlprof imports Kineto traces and how much memory it takes, beside ``json.load`` and
+Holistic Trace Analysis (HTA) loading the same files.
+
+    .venv/bin/python bench/import.py                                  # about 7 minutes on 2 cores
+    .venv/bin/python bench/import.py --events 100000 --repeat 1       # a quick look
+    .venv/bin/python bench/import.py --hta-python /tmp/hta-venv/bin/python --json import.json
+
+Two files: the largest trace in tests/data/kineto-traces (by size on disk), and a synthetic trace
+of ``--events`` events (1 million by default) written in Kineto's own layout into a temporary
+directory: CPU ops with input shapes, runtime calls, kernels, memcpy and memset correlated to
+them, flow events, memory instants, ``ProfilerStep#N`` ranges.
+
+Every measurement runs in a fresh child process, so one never inherits another's heap. The child
+imports what it needs, notes its resident set, does the work once, and reports the wall time and
+how far its peak resident set rose above that baseline: C allocations (orjson, Arrow, numpy)
+included, which ``tracemalloc`` cannot see. The peak is Linux's ``VmHWM`` for the process image,
+not ``getrusage().ru_maxrss``: a child started by ``subprocess`` inherits the parent's peak in
+``ru_maxrss`` across ``exec`` (it is kept in the JSON output for reference). Throughput is in MB (10**6 bytes) of uncompressed JSON
+per second, reading and decompressing the file included. The ways of loading:
+
+    json.load              stdlib ``json.loads(gzip.open(f).read())``: what HTA and most tools do
+    read_trace             dlprof's parse alone (orjson, garbage collector paused)
+    read_trace+convert     read_trace, then convert_trace into Arrow tables in memory
+    import_traces          dlprof.importers.trace_file.import_traces: chunked parse, convert,
+                           nest and write a run directory (what ``dlprof import`` does), if present
+    hta                    HTA's ``TraceAnalysis(trace_dir=...)``, in the interpreter given by
+                           ``--hta-python`` (a separate virtual environment), if it imports
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "tests" / "data" / "kineto-traces"
+DEFAULT_HTA = Path("/tmp/hta-venv/bin/python")
+RESULT = "RESULT "  # a child's report line, apart from whatever the loaders print
+METHODS = ("json.load", "read_trace", "read_trace+convert", "import_traces", "hta")
+
+
+# --- the child: one measurement -----------------------------------------------------------
+
+
+def _memory_kib() -> tuple[int, int]:
+    """This process image's resident set now and at its peak, in KiB."""
+    found = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0])
+    return found["VmRSS"], found["VmHWM"]
+
+
+def _load(method: str, path: Path, scratch: Path) -> int:
+    """Do the work once; returns how many events or rows it produced, as a sanity check."""
+    if method == "json.load":
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
+            return len(json.loads(handle.read())["traceEvents"])
+    if method == "read_trace":
+        return len(_dlprof_kineto().read_trace(path)["traceEvents"])
+    if method == "read_trace+convert":
+        kineto = _dlprof_kineto()
+        tables = kineto.convert_trace(kineto.read_trace(path), kineto.KinetoOptions(id_base=0))
+        return int(tables.slices.num_rows + tables.memory.num_rows + tables.counters.num_rows)
+    if method == "import_traces":
+        from dlprof.importers.trace_file import import_traces
+
+        manifest = import_traces([path], scratch / "run")
+        return sum(manifest.counts.values())
+    if method == "hta":
+        from hta.trace_analysis import TraceAnalysis
+
+        # HTA loads every trace in a directory: give it one holding only this file.
+        trace_dir = scratch / "hta"
+        trace_dir.mkdir()
+        (trace_dir / path.name).symlink_to(path)
+        analysis = TraceAnalysis(trace_dir=str(trace_dir))
+        return sum(len(analysis.t.get_trace(rank)) for rank in analysis.t.traces)
+    raise ValueError(f"unknown method {method!r}")
+
+
+def _dlprof_kineto() -> Any:
+    import dlprof.importers.kineto as kineto
+
+    return kineto
+
+
+def _preload(method: str) -> None:
+    """Import the method's modules before the baseline, so that they are not counted."""
+    if method in ("read_trace", "read_trace+convert"):
+        _dlprof_kineto()
+    elif method == "import_traces":
+        import dlprof.importers.trace_file  # noqa: F401
+    elif method == "hta":
+        import hta.trace_analysis  # noqa: F401
+
+
+def child(method: str, path: Path, scratch: Path) -> None:
+    _preload(method)
+    gc.collect()
+    baseline, _ = _memory_kib()
+    began = time.perf_counter()
+    produced = _load(method, path, scratch)
+    wall = time.perf_counter() - began
+    _, peak = _memory_kib()
+    report = {
+        "wall_s": wall,
+        "baseline_kib": baseline,
+        "peak_kib": peak,
+        "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "produced": produced,
+    }
+    print(RESULT + json.dumps(report), flush=True)
+
+
+# --- the synthetic trace ------------------------------------------------------------------
+
+
+def _field(key: str, value: Any) -> str:
+    return f"{json.dumps(key)}: {json.dumps(value)}"
+
+
+def _event(fields: dict[str, Any], args: dict[str, Any] | None = None) -> str:
+    """One event in Kineto's layout: a field per line, the args on one line."""
+    lines = [f"    {_field(key, value)}" for key, value in fields.items()]
+    if args is not None:
+        inner = ", ".join(_field(key, value) for key, value in args.items())
+        lines.append(f'    "args": {{\n      {inner}\n    }}')
+    return "  {\n" + ",\n".join(lines) + "\n  }"
+
+
+def _synthetic_events(pid: int) -> Iterator[str]:
+    """An endless training loop's events, in Kineto's order: per group, an op, its launch, the
+    kernel, the flow between them, an allocation and its free; copies and memsets now and then."""
+    group = 0
+    correlation = 1
+    while True:
+        t = group * 10.0
+        if group % 500 == 0:
+            yield _event({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{group // 500}",
+                          "pid": pid, "tid": pid, "ts": t, "dur": 4999.5}, {"External id": correlation})
+        common = {"External id": correlation, "Sequence number": group, "Fwd thread id": 0,
+                  "Record function id": 0, "Ev Idx": group}
+        yield _event({"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": pid, "tid": pid,
+                      "ts": t + 0.1, "dur": 8.5},
+                     {**common, "Input Dims": [[64, 256], [256, 256], [256]],
+                      "Input type": ["float", "float", "float"], "Concrete Inputs": ["", "", ""]})
+        yield _event({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid,
+                      "ts": t + 0.5, "dur": 7.0},
+                     {**common, "Input Dims": [[64, 256], [256, 256]], "Input type": ["float", "float"],
+                      "Input Strides": [[256, 1], [256, 1]], "Concrete Inputs": ["", ""]})
+        memory = {"Total Reserved": 2 << 20, "Device Id": 0, "Device Type": 1, "Addr": 0x7F0000000000 + group % 64}
+        yield _event({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid,
+                      "tid": pid, "ts": t + 1.0}, {**memory, "Total Allocated": 65536, "Bytes": 65536})
+        launches = [("cudaLaunchKernel", 211, "kernel", "void gemm_64x64_kernel<float>(Params)", 7)]
+        if group % 4 == 0:
+            launches.append(("cudaMemcpyAsync", 41, "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20))
+        if group % 8 == 0:
+            launches.append(("cudaMemsetAsync", 51, "gpu_memset", "Memset (Device)", 20))
+        for offset, (call, cbid, category, name, stream) in enumerate(launches):
+            at = t + 1.5 + offset
+            yield _event({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": pid, "tid": pid,
+                          "ts": at, "dur": 0.8}, {"External id": correlation, "cbid": cbid,
+                                                  "correlation": correlation})
+            yield _event({"ph": "s", "id": correlation, "pid": pid, "tid": pid, "ts": at,
+                          "cat": "ac2g", "name": "ac2g"})
+            device_args: dict[str, Any] = {"External id": correlation, "device": 0, "context": 1,
+                                           "stream": stream, "correlation": correlation}
+            if category == "kernel":
+                device_args.update({"registers per thread": 90, "shared memory": 49152,
+                                    "blocks per SM": 0.59, "warps per SM": 2.37, "grid": [64, 1, 1],
+                                    "block": [128, 1, 1], "est. achieved occupancy %": 4})
+            else:
+                device_args["bytes"] = 65536
+            yield _event({"ph": "X", "cat": category, "name": name, "pid": 0, "tid": stream,
+                          "ts": at + 3.0, "dur": 4.0}, device_args)
+            yield _event({"ph": "f", "id": correlation, "pid": 0, "tid": stream, "ts": at + 3.0,
+                          "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            correlation += 1
+        yield _event({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid,
+                      "tid": pid, "ts": t + 9.0}, {**memory, "Total Allocated": 0, "Bytes": -65536})
+        group += 1
+
+
+def write_synthetic(path: Path, events: int) -> None:
+    """A Kineto trace of exactly ``events`` events (metadata events included)."""
+    pid = 4242
+    header = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU", "numSms": 108}],
+              "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+              "baseTimeNanoseconds": 1700000000000000000}
+    metadata = [_event({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0.0},
+                       {"name": "python"}),
+                _event({"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "ts": 0.0},
+                       {"name": "GPU 0"})]
+    with path.open("w") as out:
+        out.write(json.dumps(header)[:-1] + ',\n  "traceEvents": [\n')
+        generated = _synthetic_events(pid)
+        for index in range(events):
+            out.write((",\n" if index else "") + (metadata[index] if index < len(metadata) else next(generated)))
+        out.write('\n  ],\n  "traceName": "synthetic"\n}\n')
+
+
+# --- the parent: every measurement, the table ---------------------------------------------
+
+
+def largest_trace() -> Path:
+    return max(TRACES.rglob("*.json.gz"), key=lambda p: p.stat().st_size)
+
+
+def json_bytes(path: Path) -> int:
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
+        return sum(len(block) for block in iter(lambda: handle.read(1 << 24), b""))
+
+
+def measure(python: str, method: str, path: Path, work: Path) -> dict[str, Any]:
+    scratch = Path(tempfile.mkdtemp(dir=work))
+    try:
+        done = subprocess.run([python, __file__, "--child", method, str(path), str(scratch)],
+                              capture_output=True, text=True, check=False, timeout=3600)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {done.returncode}: {tail[0]}"}
+    result: dict[str, Any] = json.loads(lines[-1][len(RESULT):])
+    return result
+
+
+def available(args: argparse.Namespace) -> dict[str, str]:
+    """The methods that can run here, each with the interpreter that runs it; why not, printed."""
+    methods = {m: sys.executable for m in METHODS if m != "hta" and m in args.methods}
+    if "import_traces" in methods:
+        spec = importlib.util.find_spec("dlprof.importers.trace_file")
+        if spec is None or "def import_traces(" not in Path(str(spec.origin)).read_text():
+            print("import_traces: dlprof.importers.trace_file.import_traces is not there; left out")
+            del methods["import_traces"]
+    if "hta" in args.methods:
+        python = args.hta_python
+        check = subprocess.run([python, "-c", "import hta.trace_analysis"], capture_output=True,
+                               check=False) if Path(python).exists() else None
+        if check is not None and check.returncode == 0:
+            methods["hta"] = python
+        else:
+            print(f"hta: cannot import hta.trace_analysis with {python}; left out "
+                  "(python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis)")
+    return methods
+
+
+def summarise(runs: list[dict[str, Any]], size: int) -> dict[str, Any]:
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return {"error": runs[0]["error"]}
+    wall = statistics.median(r["wall_s"] for r in good)
+    # On a host whose speed drifts, the fastest run is the closest to the work's own cost.
+    best = min(r["wall_s"] for r in good)
+    growth = [(r["peak_kib"] - r["baseline_kib"]) * 1024 for r in good]
+    return {"wall_s": wall, "best_wall_s": best, "mb_per_s": size / wall / 1e6, "best_mb_per_s": size / best / 1e6, "peak_growth_bytes": statistics.median(growth),
+            "peak_growth_max_bytes": max(growth), "produced": good[0]["produced"], "runs": len(good)}
+
+
+def report(results: dict[str, dict[str, Any]], files: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    for label, info in files.items():
+        console.print(f"\n[bold]{label}[/bold]: {info['path']}, {info['json_bytes'] / 1e6:,.1f} MB of JSON "
+                      f"({info['disk_bytes'] / 1e6:,.1f} MB on disk), {info['events']:,} events")
+        table = Table()
+        for header in ("method", "wall (s)", "best (s)", "MB/s", "best MB/s", "events/s", "peak growth (MiB)",
+                       "x JSON size", "rows out"):
+            table.add_column(header, justify="left" if header == "method" else "right")
+        for method, figures in results[label].items():
+            if "error" in figures:
+                table.add_row(method, "failed: " + figures["error"], *[""] * 7)
+                continue
+            growth = figures["peak_growth_bytes"]
+            table.add_row(method, f"{figures['wall_s']:.2f}", f"{figures['best_wall_s']:.2f}",
+                          f"{figures['mb_per_s']:.1f}", f"{figures['best_mb_per_s']:.1f}",
+                          f"{info['events'] / figures['wall_s']:,.0f}", f"{growth / 2**20:,.0f}",
+                          f"{growth / info['json_bytes']:.1f}", f"{figures['produced']:,}")
+        console.print(table)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="events in the synthetic trace")
+    parser.add_argument("--repeat", type=int, default=5, help="fresh children per method and file")
+    parser.add_argument("--trace", type=Path, default=None, help="real trace (default: the largest shared)")
+    parser.add_argument("--hta-python", default=str(DEFAULT_HTA), help="interpreter with HTA installed")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    parser.add_argument("--child", nargs=3, metavar=("METHOD", "PATH", "SCRATCH"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        method, path, scratch = args.child
+        child(method, Path(path), Path(scratch))
+        return 0
+    methods = available(args)
+    with tempfile.TemporaryDirectory(prefix="dlprof-bench-import-") as work_dir:
+        work = Path(work_dir)
+        synthetic = work / f"synthetic-{args.events}.json"
+        began = time.perf_counter()
+        write_synthetic(synthetic, args.events)
+        print(f"wrote {synthetic.name} in {time.perf_counter() - began:.1f} s")
+        real = (args.trace or largest_trace()).resolve()
+        files: dict[str, dict[str, Any]] = {}
+        for label, path in (("shared", real), ("synthetic", synthetic)):
+            files[label] = {"path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name),
+                            "json_bytes": json_bytes(path), "disk_bytes": path.stat().st_size}
+        results: dict[str, dict[str, Any]] = {label: {} for label in files}
+        for label, path in (("shared", real), ("synthetic", synthetic)):
+            runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+            for round_index in range(args.repeat):
+                # A rotated order each round, so that drift falls on every method alike.
+                order = list(methods)[round_index % len(methods):] + list(methods)[:round_index % len(methods)]
+                for method in order:
+                    runs[method].append(measure(methods[method], method, path, work))
+                    print(f"{label} {method} round {round_index + 1}: "
+                          f"{runs[method][-1].get('wall_s', runs[method][-1].get('error'))}", flush=True)
+            for method in methods:
+                results[label][method] = summarise(runs[method], files[label]["json_bytes"])
+            files[label]["events"] = results[label].get("json.load", {}).get("produced") or (
+                args.events if label == "synthetic" else 0)
+    report(results, files)
+    if args.json:
+        args.json.write_text(json.dumps({"files": files, "results": results, "argv": sys.argv[1:],
+                                         "cpus": os.cpu_count()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

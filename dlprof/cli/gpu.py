@@ -1,0 +1,113 @@
+"""``dlprof gpu``: how busy each GPU was, per training step, and how long kernels waited to start."""
+
+from __future__ import annotations
+
+import click
+import pandas as pd
+
+from dlprof.analysis.gpu import ALL, gpu_breakdown
+from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.keys import TableFormat
+from dlprof.store.reader import Run
+from dlprof.viewers.terminal import format_column, write_table
+
+HELP = """Show each GPU's busy and idle time per training step, what kept it busy, and
+kernel launch delays.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+Busy time is the union of the GPU's kernels, memcpy and memset (work overlapping on several
+streams counts once); idle time is the rest of the step's window on that GPU. Work belongs to
+the step in which the CPU launched it. Launch delay is a kernel's start minus the start of the
+runtime call that launched it. The row "all" covers each GPU from its first work to its last.
+
+\b
+Examples:
+  dlprof gpu                        # the newest run
+  dlprof gpu RUN --rank 1           # one rank of a distributed run
+  dlprof gpu RUN --format csv       # every column, for a spreadsheet
+  dlprof gpu RUN --format json      # for scripts
+"""
+
+# The two tables a person sees: (column in the breakdown, header), in order.
+_TIME_COLUMNS = [("span_ns", "Window"), ("busy_ns", "Busy"), ("idle_ns", "Idle")]
+_SHARE_COLUMNS = [
+    ("busy_pct", "Busy %"),
+    ("kernel_pct", "Kernel %"),
+    ("memcpy_pct", "Memcpy %"),
+    ("memset_pct", "Memset %"),
+]
+_COUNT_COLUMNS = [("kernels", "Kernels"), ("memcpys", "Memcpy"), ("memsets", "Memset")]
+_DELAY_COLUMNS = [
+    ("delay_mean_ns", "Mean"),
+    ("delay_p50_ns", "p50"),
+    ("delay_p95_ns", "p95"),
+    ("delay_max_ns", "Max"),
+]
+
+
+@click.command("gpu", help=HELP)
+@run_argument
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
+    default=str(TableFormat.TABLE),
+    show_default=True,
+    help="Tables for a person, or every column as CSV or JSON for a script.",
+)
+def command(run: str | None, rank: int | None, fmt: str) -> int:
+    loaded = open_run(run)
+    print_gpu(loaded, rank=rank, fmt=TableFormat(fmt))
+    return 0
+
+
+def print_gpu(loaded: Run, rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
+    """Print a run's GPU breakdown, or fail with one line saying why there is none."""
+    if rank is not None:
+        ranks = sorted({int(r) for r in loaded.slices["rank"].unique()})
+        if rank not in ranks:
+            held = ", ".join(map(str, ranks)) or "none"
+            raise UsageError(f"{loaded.path}: no rank {rank}; this run has ranks: {held}")
+    table = gpu_breakdown(loaded, rank)
+    if table.empty:
+        where = f" on rank {rank}" if rank is not None else ""
+        raise UsageError(
+            f"{loaded.path}: no GPU activity{where} (no kernel, memcpy or memset slices); "
+            "profile on a GPU or import a trace recorded on one"
+        )
+    if fmt is not TableFormat.TABLE:
+        write_table(table, "", fmt)
+        return
+    keys = ["device", "step"] if table["rank"].nunique() == 1 else ["rank", "device", "step"]
+    name = f"{loaded.path.name} ({loaded.status})"
+    write_table(
+        _shown(table, keys, [_TIME_COLUMNS, _SHARE_COLUMNS, _COUNT_COLUMNS]),
+        f"{name}: GPU time per step (window = the step's span on the GPU; {ALL}: whole run)",
+        fmt,
+    )
+    delays = _shown(table, keys, [[("launches", "Kernels launched")], _DELAY_COLUMNS])
+    write_table(delays, f"{name}: kernel launch delay (kernel start - runtime call start)", fmt)
+
+
+def _shown(table: pd.DataFrame, keys: list[str], groups: list[list[tuple[str, str]]]) -> pd.DataFrame:
+    """The columns a person reads, as text; the times of one group share one unit."""
+    shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
+    for group in groups:
+        stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
+        viewer_header, cells = format_column(group[0][0], stacked)
+        unit = _unit(group[0][0], viewer_header)
+        for i, (column, header) in enumerate(group):
+            part = cells[i * len(table) : (i + 1) * len(table)]
+            missing = table[column].isna().tolist()
+            shown[f"{header}{unit}"] = ["-" if gone else cell for cell, gone in zip(part, missing, strict=True)]
+    return pd.DataFrame(shown)
+
+
+def _unit(column: str, viewer_header: str) -> str:
+    """`` (ms)`` and the like for a time column, taken from the terminal viewer's header."""
+    if not column.endswith("_ns"):
+        return ""
+    _, opened, unit = viewer_header.rpartition(" (")
+    return f" ({unit}" if opened else ""
