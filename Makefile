@@ -23,13 +23,19 @@ demo: $(STAMP)
 test: $(STAMP) tools
 	$(BIN)/python -m pytest -q
 
-## Programs some tests read exports back with: `go tool pprof` (Debian's golang-go).
+## Programs some tests need: `go tool pprof` (golang-go) to read pprof exports back, and
+## headless Chromium to load the HTML report. Installed with apt when missing and root;
+## otherwise the tests that need them are skipped, each saying why.
+TOOLS := go:golang-go chromium:chromium
 tools:
-	@command -v go >/dev/null 2>&1 || { \
+	@missing=""; for pair in $(TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && apt-get install -y -qq golang-go >/dev/null) || \
-	      echo "golang-go could not be installed: the go tool pprof test will be skipped"; \
-	  else echo "go is not installed and this is not root: the go tool pprof test will be skipped"; fi; }
+	    echo "installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || \
+	      echo "could not install$$missing: the tests that need them will be skipped"; \
+	  else echo "missing$$missing (not root): the tests that need them will be skipped"; fi; fi
 
 ## The suite without the tests marked slow.
 test-fast: $(STAMP)
