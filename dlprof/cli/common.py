@@ -5,9 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from dlprof.config import RUNS_DIR
-from dlprof.store.manifest import MANIFEST_NAME
+from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
 
 
@@ -22,7 +31,16 @@ def newest_run(parent: Path = RUNS_DIR) -> Path:
         raise RunError(
             f"no runs under ./{parent}; profile a program first: dlprof run script.py"
         )
-    return max(runs, key=lambda p: ((p / MANIFEST_NAME).stat().st_mtime, p.name))
+    return max(runs, key=_started)
+
+
+def _started(run_dir: Path) -> tuple[int, str]:
+    """When a run started (as ``dlprof ls`` orders them); its manifest's age if unreadable."""
+    try:
+        start = Manifest.read(run_dir).start_ns
+    except (OSError, ValueError, TypeError, KeyError):
+        start = 0
+    return start or (run_dir / MANIFEST_NAME).stat().st_mtime_ns, run_dir.name
 
 
 def open_run(path: str | None) -> Run:
@@ -31,3 +49,13 @@ def open_run(path: str | None) -> Run:
 
 
 run_argument = click.argument("run", required=False, metavar="[RUN]")
+
+ROW_COLUMNS = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
+
+def progress_bar(*columns: ProgressColumn) -> Progress:
+    """A transient progress bar on stderr (stdout stays for results), shown only on a terminal:
+    off one, rich would leave a blank line behind."""
+    console = Console(stderr=True)
+    return Progress(*(columns or ROW_COLUMNS), console=console, transient=True,
+                    disable=not console.is_terminal)

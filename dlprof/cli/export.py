@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, open_run, progress_bar, run_argument
 from dlprof.exporters.base import Exporter, ExportError
 from dlprof.exporters.registry import (
     BY_FORMAT,
@@ -52,12 +50,8 @@ def command(run: str | None, fmt: str | None, output: str | None) -> int:
     loaded = open_run(run)
     exporter = _exporter(fmt, output)
     path = Path(output) if output else loaded.path / f"trace{exporter.file_extension}"
-    # The bar goes to stderr, so that stdout carries only the written paths, for scripts.
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
     try:
-        with Progress(*columns, console=console, transient=True) as progress:
+        with progress_bar() as progress:
             written = exporter.export(loaded, path, progress)
     except ExportError as error:
         raise UsageError(str(error)) from None

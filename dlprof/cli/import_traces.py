@@ -7,10 +7,9 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from dlprof.cli.common import UsageError
+from dlprof.cli.common import UsageError, progress_bar
 from dlprof.config import RUNS_DIR
 from dlprof.importers.trace_file import TraceImportError, import_traces
 
@@ -38,10 +37,9 @@ def command(traces: tuple[Path, ...], out: Path | None) -> int:
     run_dir = out or RUNS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(f"{run_dir}: already exists and is not empty; choose another -o")
-    console = Console(stderr=True)
-    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress("[progress.description]{task.description}", *columns, console=console,
-                  transient=True) as bar:
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with progress_bar(*columns) as bar:
         task = bar.add_task("importing", total=None)
 
         def report(done: int, total: int) -> None:

@@ -1,0 +1,180 @@
+"""``dlprof info``: one run's manifest as a summary a person can read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from datetime import datetime
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dlprof.cli.common import open_run, run_argument
+from dlprof.cli.ls import human_duration, human_size
+from dlprof.keys import RunStatus
+from dlprof.store.catalog import event_count, run_size, script_of
+from dlprof.store.reader import Run
+
+HELP = """Show what a run is: status, command, times, host, devices, collectors, clocks, counts.
+
+RUN is a run directory; by default the newest under ./dlprof-runs. --format json prints the
+manifest (run.json) as written, plus "path" and "effective_status" (what dlprof reports:
+"killed" for a run left "running" by a writer that is gone).
+
+\b
+Examples:
+  dlprof info                      # newest run
+  dlprof info RUN --format json    # for scripts
+"""
+
+_STATUS_STYLE = {
+    RunStatus.COMPLETE: "green",
+    RunStatus.RUNNING: "cyan",
+    RunStatus.FAILED: "red",
+    RunStatus.INTERRUPTED: "yellow",
+    RunStatus.KILLED: "red",
+}
+
+
+@click.command("info", help=HELP)
+@run_argument
+@click.option("--format", "fmt", type=click.Choice(["text", "json"], case_sensitive=False),
+              default="text", show_default=True, help="A summary for a person, or the manifest as JSON.")
+def command(run: str | None, fmt: str) -> int:
+    loaded = open_run(run)
+    if fmt == "json":
+        data = dataclasses.asdict(loaded.manifest)
+        data.update(path=str(loaded.path), effective_status=str(loaded.status))
+        click.echo(json.dumps(data, indent=2))
+    else:
+        # Off a terminal nothing limits the width, as for the other tables: keep lines whole.
+        console = Console(highlight=False)
+        print_info(loaded, console if console.is_terminal else Console(highlight=False, width=160))
+    return 0
+
+
+def print_info(run: Run, console: Console) -> None:
+    """Print a run's summary: key facts, then collectors, clocks and counts as small tables.
+
+    Args:
+        run: the loaded run.
+        console: where to print.
+    """
+    manifest = run.manifest
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column()
+    # Text everywhere: names and commands are shown as written, never read as rich markup.
+    facts.add_row("run", Text(manifest.name))
+    facts.add_row("path", Text(str(run.path)))
+    facts.add_row("status", _status(run))
+    facts.add_row("command", Text(shlex.join(manifest.command)))
+    facts.add_row("script", Text(script_of(manifest.command)))
+    facts.add_row("started", Text(_time(manifest.start_ns)))
+    facts.add_row("ended", Text(_time(manifest.end_ns)))
+    facts.add_row("duration", Text(human_duration(manifest.duration_ns) if manifest.duration_ns else "-"))
+    facts.add_row("host", Text(_host(run)))
+    facts.add_row("devices", Text(_devices(manifest.devices)))
+    ranks = ", ".join(str(r) for r in manifest.ranks) or "-"
+    facts.add_row("ranks", Text(f"{ranks} (world size {manifest.world_size})"))
+    facts.add_row("schedule", Text(manifest.schedule or "every step"))
+    events = event_count(run)
+    facts.add_row("events", Text("unknown" if events is None else f"{events:,}"))
+    facts.add_row("on disk", Text(human_size(run_size(run.path))))
+    normalised = ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in manifest.normalised.items())
+    facts.add_row("normalised", Text(normalised or "nothing changed"))
+    console.print(facts)
+    console.print(_collectors(run))
+    if manifest.clocks:
+        console.print(_clocks(run))
+    if manifest.counts:
+        console.print(_counts(manifest.counts))
+
+
+def _status(run: Run) -> Text:
+    status = run.status
+    text = Text(str(status), style=_STATUS_STYLE.get(status, ""))
+    manifest = run.manifest
+    if status is RunStatus.KILLED:
+        text.append(f" (left running by process {manifest.writer_pid}, which is gone)")
+    if manifest.exit_code is not None:
+        text.append(f", exit code {manifest.exit_code}")
+    if manifest.error:
+        text.append(f": {manifest.error}")
+    return text
+
+
+def _time(ns: int) -> str:
+    if not ns:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+
+
+def _host(run: Run) -> str:
+    host = run.manifest.host
+    parts = [host.hostname or "?"]
+    if host.os or host.python:
+        parts.append(f"{host.os}, Python {host.python}".strip(", "))
+    cpu = host.cpu_model or "CPU"
+    if host.cpu_cores:
+        cpu += f", {host.cpu_cores} cores"
+    if host.memory_bytes:
+        cpu += f", {human_size(host.memory_bytes)} memory"
+    parts.append(cpu)
+    return "; ".join(parts)
+
+
+def _devices(devices: list[dict[str, Any]]) -> str:
+    """One line per device, from Kineto's ``deviceProperties`` names where they are there."""
+    if not devices:
+        return "none recorded"
+    lines = []
+    for number, device in enumerate(devices):
+        line = f"{device.get('id', number)}: {device.get('name', 'device')}"
+        details = []
+        if "computeMajor" in device:
+            details.append(f"compute {device['computeMajor']}.{device.get('computeMinor', 0)}")
+        if "numSms" in device:
+            details.append(f"{device['numSms']} SMs")
+        if isinstance(device.get("totalGlobalMem"), int):
+            details.append(f"{human_size(device['totalGlobalMem'])} memory")
+        lines.append(f"{line} ({', '.join(details)})" if details else line)
+    return "\n".join(lines)
+
+
+def _small_table(title: str, *columns: str) -> Table:
+    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for column in columns:
+        table.add_column(Text(column))
+    return table
+
+
+def _collectors(run: Run) -> Table:
+    table = _small_table("collectors", "name", "version", "active", "notes")
+    for collector in run.manifest.collectors:
+        table.add_row(Text(collector.name), Text(collector.version), Text("yes" if collector.active else "no"),
+                      Text("\n".join(collector.notes) or "-"))
+    if not run.manifest.collectors:
+        table.add_row(Text("none recorded"), Text(""), Text(""), Text(""))
+    return table
+
+
+def _clocks(run: Run) -> Table:
+    table = _small_table("clocks", "source", "mapped by", "offset (ns)", "uncertainty (ns)")
+    for clock in run.manifest.clocks:
+        bounds = f"{clock.bounds_ns[0]:+,} .. {clock.bounds_ns[1]:+,}" if clock.bounds_ns else "-"
+        table.add_row(Text(clock.name), Text(clock.method), Text(f"{clock.offset_ns:,}"), Text(bounds))
+    return table
+
+
+def _counts(counts: dict[str, int]) -> Table:
+    table = _small_table("rows per table", "table", "rows")
+    table.columns[1].justify = "right"
+    for name, rows in counts.items():
+        table.add_row(Text(name), Text(f"{rows:,}"))
+    return table

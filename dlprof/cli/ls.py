@@ -1,0 +1,89 @@
+"""``dlprof ls``: the runs under ./dlprof-runs, newest first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from dlprof.config import RUNS_DIR
+from dlprof.keys import TableFormat
+from dlprof.store.catalog import list_runs
+from dlprof.viewers.terminal import write_table
+
+HELP = f"""List the runs under ./{RUNS_DIR}, newest first.
+
+One row per run directory: its name (what other commands take as RUN), the script it
+profiled, its status (a run whose writer died shows as killed), when it started, how long
+it ran, its events (rows in all its tables) and its size on disk. No runs is not an
+error: a line says so and the exit status is 0 (CSV and JSON print an empty table).
+
+\b
+Examples:
+  dlprof ls                        # ./dlprof-runs
+  dlprof ls --dir runs             # another directory of runs
+  dlprof ls --format json          # for scripts (times in ns, sizes in bytes)
+"""
+
+
+@click.command("ls", help=HELP)
+@click.option("--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=RUNS_DIR,
+              show_default=True, help="Directory holding the runs.")
+@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
+              default=TableFormat.TABLE.value, show_default=True,
+              help="Table for a person, CSV or JSON for a script.")
+def command(parent: Path, fmt: str) -> int:
+    runs = list_runs(parent)
+    table_format = TableFormat(fmt)
+    if table_format is not TableFormat.TABLE:
+        write_table(runs, "", table_format)
+    elif runs.empty:
+        click.echo(f"no runs under {parent}; profile a program first: dlprof run script.py")
+    else:
+        title = f"{len(runs)} run{'s' if len(runs) != 1 else ''} under {parent}"
+        write_table(for_people(runs), title, table_format)
+    return 0
+
+
+def for_people(runs: pd.DataFrame) -> pd.DataFrame:
+    """The listing as text cells: local start time, a duration and a size with their units.
+
+    Args:
+        runs: :func:`dlprof.store.catalog.list_runs`'s frame.
+
+    Returns:
+        Columns name, Script, Status, Started, Duration, Events, Size (headers as shown), as strings.
+    """
+    return pd.DataFrame({
+        "name": runs["name"],
+        "Script": runs["script"],
+        "Status": runs["status"],
+        "Started": [_local_time(ns) for ns in runs["start_ns"]],
+        "Duration": [human_duration(ns) if ns else "" for ns in runs["duration_ns"]],
+        "Events": ["" if pd.isna(n) else f"{int(n):,}" for n in runs["events"]],
+        "Size": [human_size(b) for b in runs["size_bytes"]],
+    })
+
+
+def _local_time(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if ns else ""
+
+
+def human_duration(ns: int) -> str:
+    seconds = ns / 1e9
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds >= 1 else f"{ns / 1e6:.1f} ms"
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
