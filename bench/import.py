@@ -3,7 +3,7 @@ Holistic Trace Analysis (HTA) loading the same files.
 
     .venv/bin/python bench/import.py                                  # about 7 minutes on 2 cores
     .venv/bin/python bench/import.py --events 100000 --repeat 1       # a quick look
-    .venv/bin/python bench/import.py --hta-python /tmp/hta-venv/bin/python --json import.json
+    .venv/bin/python bench/import.py --hta-python .hta-venv/bin/python --json import.json
 
 Two files: the largest trace in tests/data/kineto-traces (by size on disk), and a synthetic trace
 of ``--events`` events (1 million by default) written in Kineto's own layout into a temporary
@@ -48,7 +48,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "kineto-traces"
-DEFAULT_HTA = Path("/tmp/hta-venv/bin/python")
+DEFAULT_HTA = Path(".hta-venv/bin/python")
 RESULT = "RESULT "  # a child's report line, apart from whatever the loaders print
 METHODS = ("json.load", "read_trace", "read_trace+convert", "import_traces", "hta")
 
@@ -259,7 +259,7 @@ def available(args: argparse.Namespace) -> dict[str, str]:
             methods["hta"] = python
         else:
             print(f"hta: cannot import hta.trace_analysis with {python}; left out "
-                  "(python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis)")
+                  "(python3 -m venv .hta-venv && .hta-venv/bin/pip install HolisticTraceAnalysis)")
     return methods
 
 

@@ -41,7 +41,8 @@ from tests.conftest import KINETO_TRACES
 from tests.exporters.conftest import simple_add_trace, write_imported_run
 
 EVIL = ("<script>alert(1)</script>", "</script><img src=x onerror=alert(1)>")
-SCREENSHOT_COPY = Path("/tmp/dlprof-report-screenshot.png")
+# A copy a person can open after the run (git-ignored).
+SCREENSHOT_COPY = Path(__file__).resolve().parents[1] / "artifacts" / "report-screenshot.png"
 
 
 def write_slices_run(run_dir: Path, slices: dict[str, Any], command: list[str] | None = None) -> Path:
@@ -362,6 +363,7 @@ def test_tables_in_the_browser_match_top(fixture: str, request: pytest.FixtureRe
     screenshot = tmp_path / f"report-{fixture}.png"
     screenshot.write_bytes(shot)
     if fixture == "cnn_run":
+        SCREENSHOT_COPY.parent.mkdir(exist_ok=True)
         shutil.copyfile(screenshot, SCREENSHOT_COPY)
     print(f"screenshot: {screenshot}")
     assert shot.startswith(b"\x89PNG") and len(shot) > 20_000
