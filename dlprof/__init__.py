@@ -58,6 +58,8 @@ def profile(
     profile_memory: bool = True,
     with_flops: bool = True,
     with_stack: bool = False,
+    counters: tuple[str, ...] | list[str] = (),
+    counter_scope: str = "thread",
 ) -> Session:
     """A profiling session for a block of code; use it with ``with``.
 
@@ -71,6 +73,10 @@ def profile(
         profile_memory: record allocations (torch collector).
         with_flops: estimate FLOPs of matrix and convolution ops (torch collector).
         with_stack: record Python stacks of ops (torch collector; costly).
+        counters: CPU counters per step and region (``task-clock``, ``page-faults``...; see
+            ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
+            counted here is reported and left out.
+        counter_scope: ``"thread"`` (the thread that starts the session) or ``"process"``.
 
     Returns:
         The session; call ``.step()`` at the end of each training step.
@@ -79,6 +85,11 @@ def profile(
         schedule = Schedule.parse(schedule)
     from dlprof.session import Session
 
+    if counter_scope not in ("thread", "process"):
+        raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
+    collectors = tuple(collectors)
+    if counters and "counters" not in collectors:
+        collectors = (*collectors, "counters")
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
@@ -88,6 +99,8 @@ def profile(
         profile_memory=profile_memory,
         with_flops=with_flops,
         with_stack=with_stack,
+        counters=tuple(counters),
+        counter_scope=counter_scope,
     )
     return Session(config)
 

@@ -38,6 +38,11 @@ class ProfileConfig:
     command: tuple[str, ...] = ()
     # This process's rank in a distributed job.
     rank: int = 0
+    # CPU counters (perf_event names: task-clock, page-faults...) per step and region; the
+    # counters collector counts them.
+    counters: tuple[str, ...] = ()
+    # "thread": the thread that starts the session; "process": every thread of the process.
+    counter_scope: str = "thread"
 
     @property
     def effective_schedule(self) -> Schedule:

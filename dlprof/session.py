@@ -26,6 +26,7 @@ from dlprof.collectors.registry import collector_class
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.keys import Kind, RunStatus
 from dlprof.schedule import Action
+from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
@@ -97,6 +98,10 @@ class Session:
         self._context: CollectorContext | None = None
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
         self._started = False
+        # Set by the counters collector at start; regions check it once per enter (None: no cost).
+        self.counter_reader: Callable[[], tuple[int, ...]] | None = None
+        self._counter_deltas: CounterDeltas | None = None
+        self._step_counts: tuple[int, ...] = ()
         self.manifest = Manifest(
             name=self.run_dir.name,
             command=list(config.command) or [sys.executable, *sys.argv],
@@ -153,8 +158,14 @@ class Session:
             info.notes = collector.notes
             self._collectors.append(collector)
         self._install_signal_handler()
+        if self._context.counter_reader is not None:
+            self._counter_deltas = CounterDeltas(
+                self._context.counter_metrics, self._context.counter_scope
+            )
+            self.counter_reader = self._context.counter_reader
         _active = self
         self._started = True
+        self._step_counts = self.counter_reader() if self.counter_reader is not None else ()
         self._step_start = time.perf_counter_ns()
         self.manifest.write(self.run_dir)
         return self
@@ -174,6 +185,8 @@ class Session:
             collector.on_step(self.step_number, previous, self.action)
         if previous is Action.RECORD_AND_SAVE or len(self.slices) > _BUFFER_LIMIT:
             self._save()
+        if self.counter_reader is not None:
+            self._step_counts = self.counter_reader()
         self._step_start = time.perf_counter_ns()
 
     def stop(
@@ -200,6 +213,7 @@ class Session:
         self._restore_signal_handler()
         if self.action.records:
             self._record_step(self._step_start, time.perf_counter_ns())
+        self.counter_reader = None
         self.manifest.end_ns = time.time_ns()
         for collector in reversed(self._collectors):
             if report is not None:
@@ -240,14 +254,32 @@ class Session:
         """Keep one user region timed with ``perf_counter_ns`` (see :mod:`dlprof.region`)."""
         self.slices.record(self.region_kind, name_code, threading.get_native_id(), start, end)
 
+    def record_region_counts(
+        self, name_code: int, start: int, end: int, before: tuple[int, ...], after: tuple[int, ...]
+    ) -> None:
+        """Keep one user region and its counter deltas (``after - before``) as metrics rows."""
+        slice_id = self.slices.record(self.region_kind, name_code, threading.get_native_id(), start, end)
+        self._record_counts(slice_id, before, after)
+
+    def _record_counts(self, slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        if self._counter_deltas is not None:
+            self._counter_deltas.record(slice_id, before, after)
+
     def _record_step(self, start: int, end: int) -> None:
         code = self.slices.intern(STEP_NAME.format(self.step_number))
-        self.slices.record(self._step_kind, code, threading.get_native_id(), start, end)
+        slice_id = self.slices.record(self._step_kind, code, threading.get_native_id(), start, end)
+        if self.counter_reader is not None:
+            self._record_counts(slice_id, self._step_counts, self.counter_reader())
 
     def _save(self) -> None:
         for collector in self._collectors:
             collector.save()
         self.sink.append_slices(self.slices.drain(), "session")
+        self._save_metrics()
+
+    def _save_metrics(self) -> None:
+        if self._counter_deltas is not None:
+            self.sink.append_metrics(self._counter_deltas.drain(), "session")
 
     def _info(self, name: str) -> CollectorInfo:
         return next(info for info in self.manifest.collectors if info.name == name)

@@ -25,6 +25,9 @@ TOP_COLUMNS = [
     "flops",
 ]
 DEVICE_COLUMN = "device_ns"
+# Metrics from CPU counters measured over step and region slices: shown as extra top columns.
+# (Per-kernel GPU metrics stay with `dlprof metrics`, where they are derived and explained.)
+COUNTER_METRIC_PREFIXES = ("perf:", "papi:")
 
 _SORT_COLUMN = {
     SortKey.MICROS: "total_ns",
@@ -97,7 +100,8 @@ def top(
 
     Returns:
         One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
-        activity, plus ``input_shapes`` when grouped by shape. Percentages are of the total
+        activity, plus ``input_shapes`` when grouped by shape, plus one column per CPU counter
+        metric (``perf:task-clock``...) measured over these slices, summed per group. Percentages are of the total
         self time of the kind; ``cum_pct`` accumulates them down the sorted table.
     """
     selected = slices_of_kind(run, kind, rank)
@@ -114,6 +118,9 @@ def top(
         frame = frame.assign(device_ns=frame["id"].map(launched).fillna(0).astype("int64"))
     elif by is SortKey.DEVICE:
         raise ValueError("--by device: this run has no device activity")
+    counted = counter_metrics(run, frame["id"])
+    if not counted.empty:
+        frame = frame.join(counted, on="id")
     grouped = frame.groupby(keys, sort=False, dropna=False)
     table = grouped.agg(
         calls=("id", "size"),
@@ -124,7 +131,10 @@ def top(
         bytes=("bytes", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
         flops=("flops", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
         **({DEVICE_COLUMN: (DEVICE_COLUMN, "sum")} if DEVICE_COLUMN in frame else {}),
+        **{metric: (metric, "sum") for metric in counted.columns},
     ).reset_index()
+    for metric in counted.columns:
+        table[metric] = table[metric].round().astype("int64")
     for column in ("calls", "total_ns", "self_ns", "min_ns", "max_ns", "bytes", "flops"):
         table[column] = table[column].astype("int64")
     table["avg_ns"] = table["total_ns"] // table["calls"].clip(lower=1)
@@ -139,8 +149,25 @@ def top(
         columns.insert(1, "input_shapes")
     if DEVICE_COLUMN in table:
         columns.append(DEVICE_COLUMN)
+    columns.extend(counted.columns)
     table = table[columns]
     return table.head(limit) if limit else table
+
+
+def counter_metrics(run: Run, slice_ids: pd.Series) -> pd.DataFrame:
+    """CPU counter metrics of the given slices: one row per slice id, one column per metric."""
+    metrics = run.metrics
+    if metrics.empty:
+        return pd.DataFrame()
+    names = metrics["metric"].astype(str)
+    wanted = metrics[names.str.startswith(COUNTER_METRIC_PREFIXES) & metrics["slice_id"].isin(slice_ids)]
+    if wanted.empty:
+        return pd.DataFrame()
+    pivot = wanted.assign(metric=wanted["metric"].astype(str)).pivot_table(
+        index="slice_id", columns="metric", values="value", aggfunc="sum"
+    )
+    pivot.columns = [str(c) for c in pivot.columns]
+    return pivot
 
 
 def _launcher_names(run: Run, device: pd.DataFrame) -> pd.Series:

@@ -32,6 +32,7 @@ Examples:
   dlprof run -o runs/base --schedule 1,1,1,5,1 train.py
   dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
   dlprof run -m mypkg.train --lr 0.1
+  dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
 """
 
 
@@ -55,6 +56,21 @@ class _SavingStatus:
     def __exit__(self, *exc: object) -> None:
         if self._status is not None:
             self._status.stop()
+
+
+def _counters(text: str | None) -> tuple[str, ...]:
+    """Counter names; a name dlprof does not know at all is a usage error (exit 2), while a known
+    counter that cannot be counted here is reported at start and the run goes on without it."""
+    if text is None:
+        return ()
+    from dlprof.collectors.perf_event import EVENTS
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in EVENTS]
+    if not names or unknown:
+        raise UsageError(f"--counters: unknown counter {', '.join(unknown) or '(none named)'}; "
+                         f"see dlprof counters (known: {', '.join(EVENTS)})")
+    return names
 
 
 def _collectors(text: str) -> tuple[str, ...]:
@@ -86,9 +102,14 @@ def _collectors(text: str) -> tuple[str, ...]:
               help="Do not end a step at each optimizer.step(); only prof.step()/dlprof.step() do.")
 @click.option("--top", "top_rows", type=click.IntRange(min=0), default=15, show_default=True,
               help="Rows of the top-ops table printed at the end (0: none).")
+@click.option("--counters", "counters", default=None, metavar="NAME,...",
+              help="CPU counters per step and region (see dlprof counters); adds the counters collector.")
+@click.option("--counter-scope", type=click.Choice(["thread", "process"]), default="thread",
+              show_default=True, help="Count the thread that starts profiling, or every thread.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(out: str | None, module: str | None, collectors: str, schedule: str | None,
-            no_auto_steps: bool, top_rows: int, target_and_args: tuple[str, ...]) -> int:
+            no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
+            target_and_args: tuple[str, ...]) -> int:
     if module:
         target = Target(module, is_module=True, args=target_and_args)
     elif target_and_args:
@@ -96,6 +117,9 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
     chosen = _collectors(collectors)
+    counter_names = _counters(counters)
+    if counter_names and "counters" not in chosen:
+        chosen = (*chosen, "counters")
     try:
         parsed_schedule = Schedule.parse(schedule) if schedule else None
         target.check()
@@ -107,6 +131,8 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         collectors=chosen,
         schedule=parsed_schedule,
         auto_steps=not no_auto_steps,
+        counters=counter_names,
+        counter_scope=counter_scope,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
     with _SavingStatus() as saving:

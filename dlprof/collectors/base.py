@@ -33,6 +33,11 @@ class CollectorContext:
     clocks: list[ClockDomain] = field(default_factory=list)  # collectors add their mappings
     devices: list[dict[str, Any]] = field(default_factory=list)  # accelerators, as sources describe them
     action: Action = Action.NONE  # the current step's action, kept up to date by the session
+    # Set by the counters collector: read at step and region boundaries, deltas become metrics
+    # rows named counter_metrics[i] (empty reading: nothing to count from this thread).
+    counter_reader: Callable[[], tuple[int, ...]] | None = None
+    counter_metrics: tuple[str, ...] = ()
+    counter_scope: str = "thread"
 
 
 class Collector(ABC):

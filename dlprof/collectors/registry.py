@@ -12,6 +12,7 @@ _MODULES = {
     "layers": "layers",
     "host": "host",
     "optimizer_steps": "optimizer_steps",
+    "counters": "counters",
 }
 
 NAMES = tuple(_MODULES)

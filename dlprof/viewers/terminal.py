@@ -107,6 +107,9 @@ def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
         return header, ["" if not v else _count(v) for v in values]
     if name == "name":
         return header, [short_name(str(v)) for v in values]
+    if ":" in name and pd.api.types.is_numeric_dtype(values):
+        # A metric column (perf:page-faults): exact counts read best with thousands separators.
+        return header, [f"{int(v):,}" for v in values]
     return header, [str(v) for v in values]
 
 
