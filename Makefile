@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch==2.13.0 is the CPU build; a looser pin would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet -e '.[torch,test]'
+	# torch==2.13.0 is the CPU build; a looser pin would pull a multi-GB CUDA build. PAPI and
+	# NVML are small and say here, for real, why they cannot count; CUPTI is left to the gpu extra.
+	$(BIN)/python -m pip install --quiet -e '.[torch,test,papi,nvml]'
 	touch $(STAMP)
 
 install: $(STAMP)

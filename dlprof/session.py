@@ -143,8 +143,10 @@ class Session:
             clocks=self.manifest.clocks,
             devices=self.manifest.devices,
             action=self.action,
+            record_counts=self._record_counts,
         )
-        for name in self.config.collectors:
+        # The counters collector first: the others find its reader in the context at start.
+        for name in sorted(self.config.collectors, key=lambda name: name != "counters"):
             cls = collector_class(name)
             ok, reason = cls.available()
             info = CollectorInfo(name=name, version=cls.version(), active=ok)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlprof.collectors.counters import backend_status
+from dlprof.collectors.counters import backend_status, papi_events
 from dlprof.collectors.perf_event import available_events
 
 HELP = """List the counters dlprof can count on this machine, per backend.
@@ -33,7 +33,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False),
               default="table", show_default=True, help="Table for a person, JSON for a script.")
 def command(fmt: str) -> int:
-    events = available_events()
+    events = available_events() + papi_events()
     backends = backend_status()
     if fmt == "json":
         document = {
@@ -42,7 +42,7 @@ def command(fmt: str) -> int:
         }
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
         return 0
-    table = Table(title=Text("CPU counters (dlprof run --counters NAME,...)"), title_justify="left",
+    table = Table(title=Text("CPU counters (dlprof run --counters NAME,...; any PAPI_* preset)"), title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD)
     for header in ("Name", "Backend", "Unit", "Available", "Description", "Why not"):
         table.add_column(header)

@@ -63,13 +63,14 @@ def _counters(text: str | None) -> tuple[str, ...]:
     counter that cannot be counted here is reported at start and the run goes on without it."""
     if text is None:
         return ()
+    from dlprof.collectors.counters import known_counter
     from dlprof.collectors.perf_event import EVENTS
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in EVENTS]
+    unknown = [n for n in names if not known_counter(n)]
     if not names or unknown:
         raise UsageError(f"--counters: unknown counter {', '.join(unknown) or '(none named)'}; "
-                         f"see dlprof counters (known: {', '.join(EVENTS)})")
+                         f"see dlprof counters (known: {', '.join(EVENTS)}, PAPI_* presets)")
     return names
 
 

@@ -21,6 +21,10 @@ from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 
 
+def _ignore_counts(slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+    """No counters, or no session to keep their deltas."""
+
+
 @dataclass
 class CollectorContext:
     """What the session hands every collector at start."""
@@ -38,6 +42,9 @@ class CollectorContext:
     counter_reader: Callable[[], tuple[int, ...]] | None = None
     counter_metrics: tuple[str, ...] = ()
     counter_scope: str = "thread"
+    # Set by the session: keeps the deltas ``after - before`` of two counter_reader readings as
+    # metrics rows of slice ``slice_id`` (a collector's own slices: layers).
+    record_counts: Callable[[int, tuple[int, ...], tuple[int, ...]], None] = _ignore_counts
 
 
 class Collector(ABC):

@@ -8,6 +8,11 @@ ends for a module whose input needs no gradient. A container's backward spans it
 
 Forward slices are named ``<path> (<Class>) forward``, backward ones ``... backward``; ``bytes``
 holds the size of the forward's output tensors (the activation memory the layer keeps).
+
+With counters configured (``profile(counters=[...])``), the counters are read at each slice's
+boundaries (forward: the pre- and post-hook; backward: the autograd pre-hook that starts it and
+the marker that ends it) and their deltas become metrics rows of the slice, as for steps and
+regions. In thread scope, backward work on another thread than the one counted records nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
@@ -30,8 +36,6 @@ class LayersCollector(Collector):
     description = "nn.Module hooks: forward and backward time per layer"
     requires = ("torch", "torch")
 
-
-
     def start(self, context: CollectorContext) -> None:
         import torch
         from torch.nn.modules import module as module_hooks
@@ -45,6 +49,9 @@ class LayersCollector(Collector):
         self._local = threading.local()
         self._recording = context.action.records
         self._calls: list[list[Any]] = []
+        # None without counters: then the hooks pay one attribute check for them, nothing more.
+        self._reader = context.counter_reader
+        self._record_counts = context.record_counts
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._pre_forward),
             module_hooks.register_module_forward_hook(self._post_forward),
@@ -73,8 +80,11 @@ class LayersCollector(Collector):
             # The outermost module names every layer below it by its path.
             for path, child in module.named_modules():
                 self._name(child, path or type(module).__name__)
-        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args)]
+        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), ()]
         self._calls.append(call)
+        reader = self._reader
+        if reader is not None:
+            call[_FORWARD_COUNTS] = reader()
         stack.append((time.perf_counter_ns(), call))
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
@@ -84,14 +94,19 @@ class LayersCollector(Collector):
         end = time.perf_counter_ns()
         start, call = stack.pop()
         codes = self._codes(module) or self._name(module, type(module).__name__)
-        self._slices.record(
+        reader = self._reader
+        after = reader() if reader is not None else ()
+        slice_id = self._slices.record(
             self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output)
         )
+        if reader is not None:
+            self._record_counts(slice_id, call[_FORWARD_COUNTS], after)
+            call[_FORWARD_COUNTS] = ()
         call[_NAME] = codes[1]
         input_node = call[_INPUT_NODE]
         call[_INPUT_NODE] = None  # do not keep the graph alive
         if self._grad_enabled():
-            _watch_backward(call, _first_grad_fn((output,)), input_node)
+            _watch_backward(call, _first_grad_fn((output,)), input_node, reader)
 
     def _codes(self, module: Any) -> tuple[int, int] | None:
         entry = self._names.get(id(module))
@@ -113,35 +128,47 @@ class LayersCollector(Collector):
         calls, self._calls = self._calls, []
         for call in reversed(calls):  # children come after their parent
             if call[_END] == 0:
-                call[_END] = call[_NODE_END]
+                call[_END], call[_END_COUNTS] = call[_NODE_END], call[_NODE_END_COUNTS]
             parent = call[_PARENT]
             if parent is None or call[_START] == 0:
                 continue
             if parent[_START] == 0 or call[_START] < parent[_START]:
-                parent[_START] = call[_START]
+                parent[_START], parent[_START_COUNTS] = call[_START], call[_START_COUNTS]
                 parent[_TID] = call[_TID]
-            parent[_END] = max(parent[_END] or parent[_NODE_END], call[_END])
+            if parent[_END] == 0:
+                parent[_END], parent[_END_COUNTS] = parent[_NODE_END], parent[_NODE_END_COUNTS]
+            if call[_END] > parent[_END]:  # the counts go with the end they were read at
+                parent[_END], parent[_END_COUNTS] = call[_END], call[_END_COUNTS]
         for call in calls:
             start, end = call[_START], call[_END]
             if start and end > start and call[_NAME] >= 0:
-                self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
+                slice_id = self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
+                if self._reader is not None:
+                    self._record_counts(slice_id, call[_START_COUNTS], call[_END_COUNTS])
 
 
 # One forward call: [parent call, backward name code, backward start, backward end,
-# end of the call's own autograd node, backward thread, autograd node of its input].
-_PARENT, _NAME, _START, _END, _NODE_END, _TID, _INPUT_NODE = range(7)
+# end of the call's own autograd node, backward thread, autograd node of its input, then the
+# counter readings (empty without counters) at the forward's start, the backward's start, the
+# backward's end and the node's end].
+(_PARENT, _NAME, _START, _END, _NODE_END, _TID, _INPUT_NODE,
+ _FORWARD_COUNTS, _START_COUNTS, _END_COUNTS, _NODE_END_COUNTS) = range(11)
 
 
-def _watch_backward(call: list[Any], node: Any, input_node: Any) -> None:
+def _watch_backward(call: list[Any], node: Any, input_node: Any,
+                    reader: Callable[[], tuple[int, ...]] | None) -> None:
     """Time a call's backward: from its output's node starting to its input's node being reached.
 
     A call whose input needs no gradient has no input node; then its own node's end closes it.
+    With a counter ``reader``, the counters are read at the same two moments.
     """
     if node is None:
         return
 
     def started(grad_outputs: Any) -> None:
         if call[_START] == 0:
+            if reader is not None:
+                call[_START_COUNTS] = reader()
             call[_START] = time.perf_counter_ns()
             call[_TID] = threading.get_native_id()
 
@@ -151,12 +178,16 @@ def _watch_backward(call: list[Any], node: Any, input_node: Any) -> None:
         def reached_input(grad_outputs: Any) -> None:
             if call[_END] == 0:
                 call[_END] = time.perf_counter_ns()
+                if reader is not None:
+                    call[_END_COUNTS] = reader()
 
         input_node.register_prehook(reached_input)
     else:
 
         def node_done(grad_inputs: Any, grad_outputs: Any) -> None:
             call[_NODE_END] = time.perf_counter_ns()
+            if reader is not None:
+                call[_NODE_END_COUNTS] = reader()
 
         node.register_hook(node_done)
 

@@ -13,6 +13,7 @@ _MODULES = {
     "host": "host",
     "optimizer_steps": "optimizer_steps",
     "counters": "counters",
+    "nvml": "nvml",
 }
 
 NAMES = tuple(_MODULES)

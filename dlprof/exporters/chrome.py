@@ -15,6 +15,10 @@ Layout, as Kineto writes it:
   readers ignore them; dlprof's importer reads them back).
 * ``s``/``f`` flows named ``ac2g`` from each runtime call to the device work it launched.
 * ``C`` counters, ``i`` ``[memory]`` instants, ``M`` process and thread names.
+* CPU counters per step (and per region) as ``C`` events named after the metric
+  (``perf:task-clock``, ``perf:task-clock (regions)``) with one ``value``: the counter's delta
+  over the step as a rate per second, set at the step's start (see
+  :mod:`dlprof.exporters.counter_rates`).
 * Times are microseconds (three decimals at most) after ``baseTimeNanoseconds``. Kineto floors
   the profiler's start to a 7,889,238-second interval; this exporter floors the run's earliest
   timestamp to a whole second instead, so that ``ts`` stays small enough for a double to carry
@@ -46,6 +50,7 @@ from dlprof.exporters.base import (
     table_batches,
     unique_rows,
 )
+from dlprof.exporters.counter_rates import RateTrack, counter_rate_tracks
 from dlprof.keys import Kind, StoreTable
 from dlprof.store.reader import Run
 
@@ -218,10 +223,12 @@ class ChromeExporter(Exporter):
     def write(self, run: Run, path: Path, ticker: Ticker) -> list[Path]:
         base = base_time_ns(run)
         flows = launch_flows(slices_of(run))
+        rates = counter_rate_tracks(run)
         paths = self.output_paths(run, path)
         for rank, out in zip(_ranks(run), paths, strict=True):
             with atomic_output(out) as file:
-                _RankFile(file, run, rank, base, ticker, self.batch_rows).write(flows, out.name)
+                rank_file = _RankFile(file, run, rank, base, ticker, self.batch_rows)
+                rank_file.write(flows, out.name, [t for t in rates if t.rank == rank])
         return paths
 
 
@@ -263,7 +270,7 @@ class _RankFile:
         self._first = False
         self.file.write(b",\n".join(map(orjson.dumps, events)))
 
-    def write(self, flows: Flows, trace_name: str) -> None:
+    def write(self, flows: Flows, trace_name: str, rates: list[RateTrack]) -> None:
         manifest = self.run.manifest
         header = {
             "schemaVersion": 1,
@@ -277,6 +284,10 @@ class _RankFile:
         self.emit(self.metadata())
         self.write_slices(flows)
         self.write_counters()
+        for track in rates:
+            self.emit([{"ph": "C", "name": track.name, "pid": track.pid, "ts": ts,
+                        "args": {"value": value}}
+                       for ts, value in zip(self.us(track.ts_ns), track.values, strict=True)])
         self.write_memory()
         self.file.write(b'\n],"traceName":' + orjson.dumps(trace_name) + b"}\n")
 

@@ -15,7 +15,10 @@ Layout:
   exporter writes them) and argument names are interned on the one packet sequence;
 * flows from each runtime call to the device work it launched (by correlation id);
 * counter tracks for the counters table, and for the memory allocated (and reserved) per
-  process and device.
+  process and device;
+* a counter track per CPU counter metric and process, ``perf:task-clock`` (and
+  ``perf:task-clock (regions)``), unit ``/s``: at each step's start, the counter's delta over
+  the step as a rate per second (see :mod:`dlprof.exporters.counter_rates`).
 
 Timestamps are the store's epoch nanoseconds on Perfetto's default clock, which a clock
 snapshot declares equal to wall-clock time. Perfetto keys
@@ -48,6 +51,7 @@ from dlprof.exporters.base import (
     unique_rows,
 )
 from dlprof.exporters.chrome import SLICE_COLUMNS, kineto_category, program_name, slice_args
+from dlprof.exporters.counter_rates import RATE_UNIT, RateTrack, counter_rate_tracks
 from dlprof.keys import StoreTable
 from dlprof.store.reader import Run
 
@@ -74,7 +78,8 @@ class PerfettoExporter(Exporter):
         slices = slices_of(run)
         counters = run.arrow(StoreTable.COUNTERS)
         memory = run.arrow(StoreTable.MEMORY)
-        tracks = _Tracks.of(run, slices, counters, memory)
+        rates = counter_rate_tracks(run)
+        tracks = _Tracks.of(run, slices, counters, memory, rates)
         with atomic_output(path) as file:
             packets = _PacketStream(file)
             tracks.describe(packets)
@@ -82,6 +87,10 @@ class PerfettoExporter(Exporter):
             _write_slices(packets, slices, tracks, launch_flows(slices), ticker, self.batch_rows)
             _write_counters(packets, counters, tracks, ticker, self.batch_rows)
             _write_memory(packets, memory, tracks, ticker, self.batch_rows)
+            for rate in rates:
+                uuid = tracks.counters[(rate.rank, rate.pid, "cpu", rate.name)]
+                for ts, value in zip(rate.ts_ns, rate.values, strict=True):
+                    _count(packets, uuid, ts, value)
             packets.flush()
         return [path]
 
@@ -172,7 +181,8 @@ class _Tracks:
     _tids: _Ids = field(default_factory=_Ids)
 
     @classmethod
-    def of(cls, run: Run, slices: pa.Table, counters: pa.Table, memory: pa.Table) -> _Tracks:
+    def of(cls, run: Run, slices: pa.Table, counters: pa.Table, memory: pa.Table,
+           rates: list[RateTrack]) -> _Tracks:
         ranks = set(pc.unique(slices.column("rank")).to_pylist()) | set(run.manifest.ranks)
         tracks = cls(program=program_name(run), many_ranks=len(ranks) > 1)
         for row in unique_rows(slices, ["rank", "pid", "device", "tid"]):
@@ -189,6 +199,8 @@ class _Tracks:
             tracks.counter(*where, "cpu", f"memory.allocated ({row['device']})", "bytes")
             if reserved:
                 tracks.counter(*where, "cpu", f"memory.reserved ({row['device']})", "bytes")
+        for rate in rates:
+            tracks.counter(rate.rank, rate.pid, "cpu", rate.name, RATE_UNIT)
         return tracks
 
     def _add(self, descriptor: pb.TrackDescriptor) -> int:

@@ -55,3 +55,31 @@ def test_layers_beside_torch_collector_nest_ops_inside_layers(tmp_path: Path) ->
     addmm = slices[slices["name"] == "aten::linear"]
     parents = slices.loc[addmm["parent_id"].dropna().astype("int64"), "name"]
     assert parents.str.endswith("(Linear) forward").mean() > 0.9
+
+
+def test_layer_slices_get_counter_deltas_forward_and_backward(tmp_path: Path) -> None:
+    from dlprof.collectors.perf_event import PerfCounters
+
+    probe = PerfCounters(["task-clock"])
+    probe.close()
+    if probe.failed:
+        pytest.skip(f"perf_event_open cannot count here: {probe.failed}")
+    small, big = nn.Linear(64, 64), nn.Linear(64, 2048)
+    model = nn.Sequential(small, nn.ReLU(), big)
+    x = torch.randn(256, 64)
+    with dlprof.profile(out=tmp_path / "run", collectors=("layers",), counters=["task-clock"]) as prof:
+        for _ in range(3):
+            model(x).sum().backward()
+            prof.step()
+    run = dlprof.load(tmp_path / "run")
+    rows = run.metrics.merge(run.slices[["id", "kind", "name"]], left_on="slice_id", right_on="id")
+    rows = rows[(rows["kind"] == "module") & (rows["metric"].astype(str) == "perf:task-clock")]
+    counted = rows.groupby("name")["value"]
+    for layer in ("0 (Linear)", "2 (Linear)", "Sequential (Sequential)"):
+        for direction in ("forward", "backward"):
+            assert counted.size()[f"{layer} {direction}"] == 3, (layer, direction)
+    assert (rows["value"] > 0).all()
+    total = counted.sum()
+    assert total["2 (Linear) forward"] > total["0 (Linear) forward"]
+    assert total["2 (Linear) backward"] > total["0 (Linear) backward"]
+    assert total["Sequential (Sequential) forward"] >= total["2 (Linear) forward"]

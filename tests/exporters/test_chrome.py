@@ -272,3 +272,46 @@ def test_a_foreign_traces_extra_arguments_are_kept(tmp_path: Path) -> None:
     assert events["cuLaunchKernel"]["cat"] == "cuda_driver" and events["cuLaunchKernel"]["pid"] == 10
     assert events["f"]["args"] == {"nested": {"a": [1, 2]}} and events["f"]["cat"] == "blink"
     assert trace["baseTimeNanoseconds"] == 5_000_000_000 and events["cuLaunchKernel"]["ts"] == 0.0
+
+
+def counted_run(out: Path) -> Path:
+    """Three steps (and a region in each) with two CPU counters, each step doing more work."""
+    from dlprof.collectors.perf_event import PerfCounters
+
+    probe = PerfCounters(["task-clock", "page-faults"])
+    probe.close()
+    if probe.failed:
+        pytest.skip(f"perf_event_open cannot count here: {probe.failed}")
+    with dlprof.profile(out=out, collectors=("host",), counters=["task-clock", "page-faults"]) as prof:
+        for size in (1, 2, 3):
+            with dlprof.region("work"):
+                sum(range(100_000 * size))
+            prof.step()
+    return out
+
+
+def expected_rates(run: Run, kind: str) -> dict[str, list[tuple[int, float]]]:
+    """Per metric: (slice start, delta per second of the slice) for each counted ``kind`` slice."""
+    rows = run.metrics.merge(run.slices, left_on="slice_id", right_on="id")
+    rows = rows[rows["kind"] == kind].sort_values("start_ns")
+    return {
+        str(metric): [(int(r.start_ns), r.value * 1e9 / r.dur_ns) for r in group.itertuples()]
+        for metric, group in rows.groupby(rows["metric"].astype(str))
+    }
+
+
+def test_cpu_counters_per_step_and_region_are_rate_tracks(tmp_path: Path) -> None:
+    run, trace = export(counted_run(tmp_path / "run"), tmp_path)
+    pid = int(run.slices["pid"].iloc[0])
+    for kind, suffix in (("step", ""), ("region", " (regions)")):
+        expected = expected_rates(run, kind)
+        assert set(expected) == {"perf:task-clock", "perf:page-faults"}
+        for metric, samples in expected.items():
+            events = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == metric + suffix]
+            assert {e["pid"] for e in events} == {pid}
+            starts = {ns(trace, e["ts"]): e["args"]["value"] for e in events}
+            for start, rate in samples:
+                assert starts[start] == pytest.approx(rate)
+            assert events[-1]["args"]["value"] == 0  # nothing is counted after the last one
+    task_clock = [rate for _, rate in expected_rates(run, "step")["perf:task-clock"]]
+    assert all(rate > 0 for rate in task_clock)

@@ -244,3 +244,19 @@ def test_ranks_get_their_own_processes_and_flows(two_rank_run: Path, gpu_run: Pa
 
     for source in (s for s in parsed.slices if s.flows_out):
         assert rank_label(source.track) == rank_label(targets[source.flows_out[0]].track)
+
+
+def test_cpu_counters_per_step_and_region_are_rate_tracks(tmp_path: Path) -> None:
+    from tests.exporters.test_chrome import counted_run, expected_rates
+
+    run, parsed = export(counted_run(tmp_path / "run"), tmp_path)
+    by_name = {t.name: (u, t) for u, t in parsed.tracks.items() if t.HasField("counter")}
+    for kind, suffix in (("step", ""), ("region", " (regions)")):
+        for metric, samples in expected_rates(run, kind).items():
+            uuid, descriptor = by_name[metric + suffix]
+            assert descriptor.counter.unit_name == "/s"
+            assert parsed.tracks[descriptor.parent_uuid].HasField("process")
+            written = dict(parsed.counters[uuid])
+            for start, rate in samples:
+                assert written[start] == pytest.approx(rate)
+            assert parsed.counters[uuid][-1][1] == 0
