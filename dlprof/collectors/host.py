@@ -16,6 +16,7 @@ import psutil
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.collectors.sampler import PeriodicSampler
 
 TRACKS = (("host.cpu_percent", "%"), ("host.rss", "bytes"), ("host.system_cpu_percent", "%"))
 
@@ -34,14 +35,8 @@ class HostCollector(Collector):
         self._times = array("q")
         self._values = [array("d") for _ in TRACKS]
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._sample_loop, name="dlprof-host", daemon=True)
-        self._thread.start()
-
-    def _sample_loop(self) -> None:
-        interval = self._context.config.host_interval_s
-        while not self._stopping.wait(interval):
-            self._sample()
+        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-host")
+        self._sampler.start()
 
     def _sample(self) -> None:
         now = time.time_ns()
@@ -56,8 +51,7 @@ class HostCollector(Collector):
                 column.append(value)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join()
+        self._sampler.stop()
         self._sample()
         self.save()
 

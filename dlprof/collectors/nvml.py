@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.collectors.sampler import PeriodicSampler
 
 # (track, unit), in the order of Readings' fields.
 TRACKS = (
@@ -171,14 +172,8 @@ class NvmlCollector(Collector):
             self.notes.append("NVML sees no GPU")
         self._samples: list[Sample] = []
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._sample_loop, name="dlprof-nvml", daemon=True)
-        self._thread.start()
-
-    def _sample_loop(self) -> None:
-        interval = self._context.config.host_interval_s
-        while not self._stopping.wait(interval):
-            self._sample()
+        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-nvml")
+        self._sampler.start()
 
     def _sample(self) -> None:
         now = time.time_ns()
@@ -188,8 +183,7 @@ class NvmlCollector(Collector):
             self._samples.extend(taken)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join()
+        self._sampler.stop()
         if self._handles:
             self._sample()
         self.save()

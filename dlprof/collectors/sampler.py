@@ -1,0 +1,28 @@
+"""A background thread that takes a sample every so often: what the host and NVML samplers share."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class PeriodicSampler:
+    """Calls ``sample`` every ``interval_s`` seconds on a daemon thread, until stopped."""
+
+    def __init__(self, sample: Callable[[], None], interval_s: float, name: str) -> None:
+        self._sample = sample
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread; the caller takes any last sample itself."""
+        self._stopping.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            self._sample()
