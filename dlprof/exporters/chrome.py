@@ -38,11 +38,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.exporters.base import (
-    Exporter,
+from dlprof.exporters.base import Exporter, Ticker, atomic_output
+from dlprof.exporters.counter_rates import RateTrack, counter_rate_tracks
+from dlprof.exporters.slice_walks import (
     Flows,
-    Ticker,
-    atomic_output,
     device_index,
     launch_flows,
     slices_of,
@@ -50,7 +49,6 @@ from dlprof.exporters.base import (
     table_batches,
     unique_rows,
 )
-from dlprof.exporters.counter_rates import RateTrack, counter_rate_tracks
 from dlprof.keys import Kind, StoreTable
 from dlprof.store.reader import Run
 

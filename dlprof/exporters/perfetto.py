@@ -38,11 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from dlprof.exporters.base import (
-    Exporter,
+from dlprof.exporters.base import Exporter, Ticker, atomic_output
+from dlprof.exporters.chrome import SLICE_COLUMNS, kineto_category, program_name, slice_args
+from dlprof.exporters.counter_rates import RATE_UNIT, RateTrack, counter_rate_tracks
+from dlprof.exporters.slice_walks import (
     Flows,
-    Ticker,
-    atomic_output,
     flow_key,
     launch_flows,
     slices_of,
@@ -50,8 +50,6 @@ from dlprof.exporters.base import (
     table_batches,
     unique_rows,
 )
-from dlprof.exporters.chrome import SLICE_COLUMNS, kineto_category, program_name, slice_args
-from dlprof.exporters.counter_rates import RATE_UNIT, RateTrack, counter_rate_tracks
 from dlprof.keys import StoreTable
 from dlprof.store.reader import Run
 

@@ -43,15 +43,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.analysis.aggregate import UNATTRIBUTED
-from dlprof.exporters.base import (
-    Exporter,
-    Ticker,
-    atomic_output,
-    slices_of,
-    sorted_slice_batches,
-)
+from dlprof.exporters.base import Exporter, Ticker, atomic_output
 from dlprof.exporters.chrome import program_name
 from dlprof.exporters.protobuf_wire import Message
+from dlprof.exporters.slice_walks import slices_of, sorted_slice_batches
 from dlprof.keys import Kind, StoreTable
 from dlprof.store.reader import Run
 

@@ -36,7 +36,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.exporters.base import Exporter, Ticker, atomic_output, python_values, slices_of
+from dlprof.exporters.base import Exporter, Ticker, atomic_output
+from dlprof.exporters.slice_walks import python_values, slices_of
 from dlprof.keys import StoreTable
 from dlprof.store.reader import Run
 
