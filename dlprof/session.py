@@ -158,6 +158,7 @@ class Session:
             collector = cls()
             collector.start(self._context)
             info.notes = collector.notes
+            info.active = collector.active
             self._collectors.append(collector)
         self._install_signal_handler()
         if self._context.counter_reader is not None:

@@ -58,6 +58,7 @@ class Collector(ABC):
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest
+        self.active = True  # False when it started but chose not to collect (it says why in notes)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -14,6 +14,7 @@ _MODULES = {
     "optimizer_steps": "optimizer_steps",
     "counters": "counters",
     "nvml": "nvml",
+    "cupti": "cupti",
 }
 
 NAMES = tuple(_MODULES)

@@ -16,6 +16,7 @@ MAX_SLOT = (1 << 8) - 1
 SLOT_SESSION = 0  # steps, regions, modules: recorded by dlprof in the profiled process
 SLOT_KINETO = 1  # ops and kernels converted from torch.profiler's trace
 SLOT_IMPORT = 2  # slices imported from a foreign trace file
+SLOT_CUPTI = 3  # kernels and API calls from the cupti collector (CUPTI Activity API)
 
 
 def id_base(rank: int, slot: int) -> int:
