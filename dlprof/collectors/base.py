@@ -55,6 +55,9 @@ class Collector(ABC):
     # The package it is built on: its import name, and the dlprof extra that installs it ("" for
     # a package dlprof itself depends on).
     requires: ClassVar[tuple[str, str] | None] = None
+    # The installed distribution's name, where it differs from the import name (pynvml is
+    # installed as nvidia-ml-py): what version() asks for.
+    distribution: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest
@@ -72,10 +75,11 @@ class Collector(ABC):
     @classmethod
     def version(cls) -> str:
         """The version of the package it is built on."""
-        if cls.requires is None:
+        name = cls.distribution or (cls.requires[0] if cls.requires is not None else None)
+        if name is None:
             return ""
         try:
-            return importlib.metadata.version(cls.requires[0])
+            return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             return ""
 

@@ -246,6 +246,7 @@ class CuptiCollector(Collector):
     name = "cupti"
     description = "CUPTI Activity API: kernels, memcpy, memset, CUDA API calls (no PyTorch needed)"
     requires = ("cupti", "gpu")
+    distribution = "cupti-python"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -261,15 +262,6 @@ class CuptiCollector(Collector):
             return False, f"cupti does not import: {type(error).__name__}: {error}"
         return True, ""
 
-    @classmethod
-    def version(cls) -> str:
-        """The cupti-python distribution's version (its import name is cupti)."""
-        import importlib.metadata
-
-        try:
-            return importlib.metadata.version("cupti-python")
-        except importlib.metadata.PackageNotFoundError:
-            return ""
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

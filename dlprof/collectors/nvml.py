@@ -134,6 +134,7 @@ class NvmlCollector(Collector):
     name = "nvml"
     description = "NVML sampler: per-GPU utilization, memory used, power, SM clock, temperature"
     requires = ("pynvml", "gpu")
+    distribution = "nvidia-ml-py"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -151,15 +152,6 @@ class NvmlCollector(Collector):
         pynvml.nvmlShutdown()
         return True, ""
 
-    @classmethod
-    def version(cls) -> str:
-        """The nvidia-ml-py distribution's version (its import name is pynvml)."""
-        import importlib.metadata
-
-        try:
-            return importlib.metadata.version("nvidia-ml-py")
-        except importlib.metadata.PackageNotFoundError:
-            return ""
 
     def start(self, context: CollectorContext) -> None:
         self._context = context
