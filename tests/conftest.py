@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,12 @@ import dlprof
 # Real Kineto traces recorded on A100, V100 and MI250 GPUs (from Holistic Trace Analysis's tests,
 # MIT licence beside them): the ground truth for the GPU half while tests run without a GPU.
 KINETO_TRACES = Path(__file__).resolve().parent / "data" / "kineto-traces"
+
+
+def dlprof_program() -> list[str]:
+    """The installed ``dlprof`` script beside this Python, as a user runs it."""
+    script = Path(sys.executable).with_name("dlprof")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "dlprof"]
 
 
 def profile_tiny_cnn(out: Path, steps: int = 6, collectors: tuple[str, ...] = ("torch", "layers", "host"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from dlprof.config import RUNS_DIR
 from dlprof.keys import RunStatus
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.conftest import dlprof_program
 from tests.exporters.conftest import simple_add_trace, write_imported_run
 
 
@@ -28,12 +28,6 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
-
-
-def dlprof_program() -> list[str]:
-    """The installed ``dlprof`` script beside this Python, as a user runs it."""
-    script = Path(sys.executable).with_name("dlprof")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dlprof"]
 
 
 def copy_run(run: Path, where: Path) -> Path:

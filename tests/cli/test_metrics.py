@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.analysis.test_derived import (
     raw_ranges,
     write_counter_run,
 )
+from tests.conftest import dlprof_program
 from tests.exporters.conftest import simple_add_trace
 
 
@@ -156,9 +156,7 @@ def test_bad_metrics_are_one_line_errors(counter_run: Path, option: str, words: 
 
 
 def test_help_as_the_installed_program() -> None:
-    script = Path(sys.executable).with_name("dlprof")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "dlprof"]
-    done = subprocess.run([*program, "metrics", "--help"], capture_output=True, text=True,
+    done = subprocess.run([*dlprof_program(), "metrics", "--help"], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0
     assert "Examples:" in done.stdout and "--metric" in done.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from dlprof.cli.main import main
 from tests.analysis.test_derived import cupti_profiler_trace, import_trace_run, write_counter_run
 from tests.analysis.test_tuning import COUNTED, expected_scores, trace_path
+from tests.conftest import dlprof_program
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,7 @@ def test_a_run_without_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_help_as_the_installed_program() -> None:
-    script = Path(sys.executable).with_name("dlprof")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "dlprof"]
-    done = subprocess.run([*program, "tune", "--help"], capture_output=True, text=True,
+    done = subprocess.run([*dlprof_program(), "tune", "--help"], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0
     assert "Examples:" in done.stdout and "TAU" in done.stdout
