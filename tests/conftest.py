@@ -49,3 +49,20 @@ def profile_tiny_cnn(out: Path, steps: int = 6, collectors: tuple[str, ...] = ("
 def cnn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A complete run of a tiny CNN: ops, layers, regions, steps, memory, host counters."""
     return profile_tiny_cnn(tmp_path_factory.mktemp("runs") / "cnn")
+
+
+# Runs of real GPU work (recorded traces imported), for every test directory.
+@pytest.fixture(scope="session")
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One rank of real A100 work: kernels, memcpy, memset, runtime calls, flows between them."""
+    from tests.exporters.conftest import simple_add_trace, write_imported_run
+
+    return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same recorded trace as ranks 0 and 1: equal pids, tids and correlation ids on both."""
+    from tests.exporters.conftest import simple_add_trace, write_imported_run
+
+    return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))

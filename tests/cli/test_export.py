@@ -16,18 +16,6 @@ from dlprof.keys import RunStatus
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
 from tests.conftest import dlprof_program
-from tests.exporters.conftest import simple_add_trace, write_imported_run
-
-
-@pytest.fixture(scope="module")
-def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real A100 work (see tests/exporters/conftest.py), one rank."""
-    return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
-
-
-@pytest.fixture(scope="module")
-def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
 
 
 def copy_run(run: Path, where: Path) -> Path:

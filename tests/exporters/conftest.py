@@ -51,18 +51,6 @@ def write_imported_run(run_dir: Path, trace_path: Path, ranks: tuple[int, ...]) 
     return run_dir
 
 
-@pytest.fixture(scope="session")
-def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One rank of real A100 work: kernels, memcpy, memset, runtime calls, flows between them."""
-    return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
-
-
-@pytest.fixture(scope="session")
-def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same recorded trace as ranks 0 and 1: equal pids, tids and correlation ids on both."""
-    return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
-
-
 @pytest.fixture
 def empty_run(tmp_path: Path) -> Path:
     """A complete run in which nothing was recorded."""
