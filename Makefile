@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	# torch==2.13.0 is the CPU build; a looser pin would pull a multi-GB CUDA build. The papi and
 	# gpu extras are small: their tests check CUPTI's record types and say, for real, why PAPI,
 	# NVML and CUPTI cannot count on a machine without a PMU or a GPU.
-	$(BIN)/python -m pip install --quiet -e '.[torch,test,papi,gpu]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,tf,test,papi,gpu]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -73,6 +73,14 @@ class GroupKey(StrEnum):
     NAME = "name"
     SHAPE = "shape"
     OP = "op"  # device work under the CPU op that launched it
+    TYPE = "type"  # tfprof's op view: ops by their logical type (MatMul, Conv2D, aten::mm)
+
+
+class TreeView(StrEnum):
+    """``dlprof tree --view``: which hierarchy time is attributed to."""
+
+    SCOPE = "scope"  # name scopes (TensorFlow) or module paths (PyTorch)
+    CODE = "code"  # Python frames, file:line:function
 
 
 class TableFormat(StrEnum):

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.nesting import nest_slices
-from dlprof.store.schema import SCHEMA_VERSION, SCHEMAS
+from dlprof.store.schema import SCHEMA_VERSION, SCHEMAS, conform
 from dlprof.store.writer import CHUNK_GLOB, PART_NAME, read_chunks
 
 
@@ -133,7 +133,8 @@ def _read_table(run_dir: Path, table: StoreTable) -> pa.Table:
         part = directory / PART_NAME
         try:
             if part.exists():
-                data = pq.read_table(part)
+                # conform: a run written before a column existed reads with it null.
+                data = conform(pq.read_table(part), schema)
             else:
                 data = read_chunks(sorted(directory.glob(CHUNK_GLOB)), schema)
                 if table is StoreTable.SLICES:

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
 
-SCHEMA_VERSION = 1
+# 2: slices gained op_type and scope (older runs read with them null).
+SCHEMA_VERSION = 2
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -50,6 +51,10 @@ SLICES = pa.schema(
         ("warps_per_sm", pa.float32()),
         ("occupancy", pa.float32()),
         ("stream", pa.int64()),
+        # An op's logical type (MatMul for TensorFlow's _MklMatMul), tfprof's op view groups by it.
+        ("op_type", _dict_str),
+        # The name scope or module path the slice ran under ("sequential/dense_1").
+        ("scope", _dict_str),
         ("args", pa.string()),  # JSON, only for what a foreign trace carries beyond the columns
     ]
 )
