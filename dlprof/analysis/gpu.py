@@ -163,7 +163,7 @@ def _step_names(ranks: pd.Series, index: pd.Series, steps: pd.DataFrame) -> pd.S
     return pd.Series([names.get(key) for key in keys], index=index.index, dtype=object)
 
 
-class _Coverage:
+class Coverage:
     """The union of a set of intervals, and how much of it lies in any window."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
@@ -242,7 +242,7 @@ def _gpu_rows(rank: int, device: str, work: pd.DataFrame, steps: pd.DataFrame) -
     starts, ends = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
     # Nested coverages give the kernel-first split: each kind adds what the ones before lack.
     layers = [
-        _Coverage(starts[mask], ends[mask])
+        Coverage(starts[mask], ends[mask])
         for mask in (kinds == Kind.KERNEL, np.isin(kinds, [Kind.KERNEL, Kind.MEMCPY]), np.ones(len(kinds), bool))
     ]
     low, high = _windows(work, steps)
