@@ -83,8 +83,10 @@ def profile(
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
+    from dlprof.distributed import RankEnvironment
     from dlprof.session import Session
 
+    place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
     collectors = tuple(collectors)
@@ -101,6 +103,8 @@ def profile(
         with_stack=with_stack,
         counters=tuple(counters),
         counter_scope=counter_scope,
+        rank=place.rank,
+        world_size=place.world_size,
     )
     return Session(config)
 

@@ -36,8 +36,9 @@ class ProfileConfig:
     with_stack: bool = False
     # The command line recorded in the manifest.
     command: tuple[str, ...] = ()
-    # This process's rank in a distributed job.
+    # This process's rank in a distributed job, and the job's size (see dlprof.distributed).
     rank: int = 0
+    world_size: int = 1
     # CPU counters (perf_event names: task-clock, page-faults...) per step and region; the
     # counters collector counts them.
     counters: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ from dlprof.clock import sample_clocks
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class
 from dlprof.config import RUNS_DIR, ProfileConfig
+from dlprof.distributed import shared_run_dir
 from dlprof.keys import Kind, RunStatus
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
@@ -83,7 +84,9 @@ class Session:
 
     def __init__(self, config: ProfileConfig) -> None:
         self.config = config
-        self.run_dir = config.out or new_run_dir(config.name)
+        self.run_dir = config.out or (
+            shared_run_dir(config.name, RUNS_DIR) if config.world_size > 1 else new_run_dir(config.name)
+        )
         self.schedule = config.effective_schedule
         self.step_number = 0
         self.action = self.schedule.action(0)
@@ -108,6 +111,7 @@ class Session:
             writer_pid=os.getpid(),
             host=HostInfo.this_machine(),
             ranks=[config.rank],
+            world_size=config.world_size,
             schedule=str(self.schedule) if config.schedule else "",
             clocks=[
                 ClockDomain(
@@ -133,7 +137,7 @@ class Session:
             raise RuntimeError("a dlprof session is already active in this process")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.manifest.start_ns = time.time_ns()
-        self.manifest.write(self.run_dir)
+        self._write_manifest()
         self._context = CollectorContext(
             config=self.config,
             sink=self.sink,
@@ -170,7 +174,7 @@ class Session:
         self._started = True
         self._step_counts = self.counter_reader() if self.counter_reader is not None else ()
         self._step_start = time.perf_counter_ns()
-        self.manifest.write(self.run_dir)
+        self._write_manifest()
         return self
 
     def step(self) -> None:
@@ -237,7 +241,7 @@ class Session:
         self.manifest.exit_code = exit_code
         if error is not None and self.manifest.status is not RunStatus.COMPLETE:
             self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
-        self.manifest.write(self.run_dir)
+        self._write_manifest()
         return self.manifest
 
     def __enter__(self) -> Session:
@@ -283,6 +287,14 @@ class Session:
     def _save_metrics(self) -> None:
         if self._counter_deltas is not None:
             self.sink.append_metrics(self._counter_deltas.drain(), "session")
+
+    def _write_manifest(self) -> None:
+        """run.json; in a job of several ranks, this rank's own too (rank 0 also writes run.json)."""
+        if self.config.world_size > 1:
+            self.manifest.write(self.run_dir, rank=self.config.rank)
+            if self.config.rank != 0:
+                return
+        self.manifest.write(self.run_dir)
 
     def _info(self, name: str) -> CollectorInfo:
         return next(info for info in self.manifest.collectors if info.name == name)

@@ -15,10 +15,13 @@ from dlprof.cli.common import UsageError
 from dlprof.cli.top import print_top
 from dlprof.collectors.registry import NAMES, UnknownCollectorError, collector_class
 from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
+from dlprof.distributed import RankEnvironment
 from dlprof.keys import GroupKey, SortKey
+from dlprof.launcher import LaunchError, launch_ranks
 from dlprof.runner import Target, TargetError, run_target
 from dlprof.schedule import Schedule, ScheduleError
-from dlprof.store.reader import load
+from dlprof.session import new_run_dir
+from dlprof.store.reader import RunError, load
 
 HELP = """Run a Python script (or -m module) under the profiler.
 
@@ -33,6 +36,11 @@ Examples:
   dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
   dlprof run -m mypkg.train --lr 0.1
   dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
+  dlprof run --nproc 2 ddp_train.py            # two ranks (torchrun), one run directory
+  torchrun --nproc-per-node 2 -m dlprof run ddp_train.py   # the same, started by torchrun
+
+Under torchrun every rank writes its own partition of one run directory: -o DIR, or the
+DLPROF_RUN_DIR variable, or a name every rank derives from the launcher (pid and start time).
 """
 
 
@@ -56,6 +64,47 @@ class _SavingStatus:
     def __exit__(self, *exc: object) -> None:
         if self._status is not None:
             self._status.stop()
+
+
+def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None) -> None:
+    try:
+        print_top(load(run_dir), kind="op" if "torch" in collectors else "module",
+                  by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank)
+    except UsageError as error:
+        print(f"dlprof: {error}", file=sys.stderr)
+
+
+def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
+    """--nproc: the same command for every rank, less --nproc and the top table, via torchrun."""
+    context = click.get_current_context()
+    args: list[str] = []
+    for param in context.command.params:
+        value = context.params.get(param.name or "")
+        if not isinstance(param, click.Option) or param.name in ("nproc", "top_rows", "out"):
+            continue
+        if param.is_flag:
+            args += [param.opts[0]] if value else []
+        elif value is not None and value != param.default:
+            args += [param.opts[-1], str(value)]
+    args += ["--top", "0", *context.params["target_and_args"]]
+    try:
+        torchrun_code = launch_ranks(nproc, run_dir, args)
+    except LaunchError as error:
+        raise UsageError(str(error)) from None
+    try:
+        loaded = load(run_dir)
+    except RunError as error:
+        print(f"dlprof: {error}", file=sys.stderr)
+        return torchrun_code or 1
+    manifest = loaded.manifest
+    detail = f": {manifest.error}" if manifest.error else ""
+    print(f"dlprof: run {loaded.status} ({len(manifest.ranks)} ranks, "
+          f"{sum(manifest.counts.values())} events){detail}: {run_dir}", file=sys.stderr)
+    if top_rows and manifest.counts.get("slices"):
+        collectors = tuple(info.name for info in manifest.collectors)
+        _print_top(run_dir, collectors, top_rows)
+    # The failing rank's own exit code, where torchrun only says that one failed.
+    return manifest.exit_code or torchrun_code
 
 
 def _counters(text: str | None) -> tuple[str, ...]:
@@ -107,10 +156,12 @@ def _collectors(text: str) -> tuple[str, ...]:
               help="CPU counters per step and region (see dlprof counters); adds the counters collector.")
 @click.option("--counter-scope", type=click.Choice(["thread", "process"]), default="thread",
               show_default=True, help="Count the thread that starts profiling, or every thread.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(out: str | None, module: str | None, collectors: str, schedule: str | None,
             no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
-            target_and_args: tuple[str, ...]) -> int:
+            nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     if module:
         target = Target(module, is_module=True, args=target_and_args)
     elif target_and_args:
@@ -124,9 +175,14 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
     try:
         parsed_schedule = Schedule.parse(schedule) if schedule else None
         target.check()
-    except (ScheduleError, TargetError) as error:
+        place = RankEnvironment.from_environment()
+    except (ScheduleError, TargetError, ValueError) as error:
         raise UsageError(str(error)) from None
+    if nproc is not None:
+        return _launch(nproc, Path(out) if out else new_run_dir(target.label), top_rows)
     config = ProfileConfig(
+        rank=place.rank,
+        world_size=place.world_size,
         out=Path(out) if out else None,
         name=target.label,
         collectors=chosen,
@@ -140,15 +196,12 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         outcome = run_target(target, config, saving.update)
     sys.stdout.flush()
     status = outcome.manifest.status
-    print(f"dlprof: run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
+    who = f"rank {place.rank} of " if place.distributed else ""
+    print(f"dlprof: {who}run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
           file=sys.stderr)
-    if top_rows and outcome.signum is None:
-        loaded = load(outcome.run_dir)
-        try:
-            print_top(loaded, kind="op" if "torch" in config.collectors else "module",
-                      by=SortKey.MICROS, group_by=GroupKey.NAME, limit=top_rows)
-        except UsageError as error:
-            print(f"dlprof: {error}", file=sys.stderr)
+    # Under torchrun the other ranks may still be writing: rank 0 shows its own part only.
+    if top_rows and outcome.signum is None and place.rank == 0:
+        _print_top(outcome.run_dir, config.collectors, top_rows, rank=0 if place.distributed else None)
     if outcome.signum is not None:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -277,6 +277,34 @@ def clock_offset(
     return offset, (low, high)
 
 
+# Element sizes by the names torch's profiler gives dtypes: "Input type" of an op's tensor and
+# record_param_comms' "dtype".
+_DTYPE_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+    "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1,
+}
+
+
+def comm_bytes(args: dict[str, Any]) -> int | None:
+    """The bytes a collective moves, from what torch recorded of it (None when it cannot tell).
+
+    record_param_comms states its message size in elements and its dtype; the gloo and nccl
+    annotations carry their tensor's shape and element type (with input shapes recorded).
+    """
+    nelems, dtype = args.get("In msg nelems"), args.get("dtype")
+    if isinstance(nelems, int) and dtype in _DTYPE_BYTES:
+        return nelems * _DTYPE_BYTES[dtype]
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not dims or not types or types[0] not in _DTYPE_BYTES:
+        return None  # a TensorList (c10d::allreduce_) does not say its element type
+    shape = dims[0]
+    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64)) * _DTYPE_BYTES[types[0]]
+
+
 def _us_to_ns(us: list[float]) -> np.ndarray:
     """Microseconds (float) to integer nanoseconds, exact for whole microseconds at any size.
 
@@ -297,8 +325,8 @@ def _add_slice(
         kind = Kind.REGION
     elif kind == Kind.USER_ANNOTATION and name.startswith(STEP_PREFIX):
         kind = Kind.STEP
-    elif kind == Kind.OP and name.startswith(_COMM_PREFIXES):
-        kind = Kind.COMM
+    elif kind in (Kind.OP, Kind.USER_ANNOTATION) and name.startswith(_COMM_PREFIXES):
+        kind = Kind.COMM  # c10d::allreduce_ enqueues; gloo:all_reduce (an annotation) does it
     device = "cpu"
     pid = _as_int(event.get("pid"))
     tid = _as_int(event.get("tid"))
@@ -336,7 +364,7 @@ def _add_slice(
     add_shapes(_text(dims) if dims else None)
     add_dtypes(_text(args.get("Input type")) if dims else None)
     add_flops(flops)
-    add_bytes(args.get("bytes"))
+    add_bytes(args.get("bytes") if kind != Kind.COMM else comm_bytes(args))
     add_stream(stream)
     if stream is None:  # CPU work: no launch configuration to look for
         for add in (add_grid, add_block, add_registers, add_shared, add_blocks, add_warps, add_occupancy):

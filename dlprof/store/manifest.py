@@ -21,6 +21,10 @@ from dlprof.keys import RunStatus
 from dlprof.store.schema import SCHEMA_VERSION
 
 MANIFEST_NAME = "run.json"
+# In a run of several ranks, each rank's own manifest: ranks/<rank>.json.
+RANK_MANIFESTS = "ranks"
+# The clock domain, in a rank's manifest, that maps its host clock onto rank 0's.
+RANK0_CLOCK = "rank0"
 
 
 @dataclass
@@ -119,9 +123,10 @@ class Manifest:
         values["clocks"] = clocks
         return cls(**values)
 
-    def write(self, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / MANIFEST_NAME
+    def write(self, run_dir: Path, rank: int | None = None) -> None:
+        """Write ``run.json``, or with ``rank`` that rank's own manifest (``ranks/<rank>.json``)."""
+        path = run_dir / MANIFEST_NAME if rank is None else rank_manifest_path(run_dir, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
         partial.write_text(self.to_json())
         partial.replace(path)
@@ -129,6 +134,26 @@ class Manifest:
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:
         return cls.from_dict(json.loads((run_dir / MANIFEST_NAME).read_text()))
+
+
+def rank_manifest_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / RANK_MANIFESTS / f"{rank}.json"
+
+
+def read_rank_manifests(run_dir: Path) -> dict[int, Manifest]:
+    """Every rank's own manifest in a run of several ranks (empty for a one-process run).
+
+    Raises:
+        OSError, ValueError, TypeError, KeyError: a manifest cannot be read.
+    """
+    directory = run_dir / RANK_MANIFESTS
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.glob("*.json"):
+        if path.stem.isdigit():
+            found[int(path.stem)] = Manifest.from_dict(json.loads(path.read_text()))
+    return dict(sorted(found.items()))
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

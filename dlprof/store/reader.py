@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlprof.keys import RunStatus, StoreTable
-from dlprof.store.manifest import MANIFEST_NAME, Manifest
+from dlprof.store.job import combine, rank_status
+from dlprof.store.manifest import MANIFEST_NAME, RANK0_CLOCK, Manifest, read_rank_manifests
 from dlprof.store.nesting import nest_slices
 from dlprof.store.schema import SCHEMA_VERSION, SCHEMAS, conform
 from dlprof.store.writer import CHUNK_GLOB, PART_NAME, read_chunks
@@ -34,22 +36,31 @@ class Run:
     """A loaded run: its manifest and its tables, each read on first use."""
 
     path: Path
+    # The run's manifest; for several ranks, combined from theirs (see dlprof.store.job).
     manifest: Manifest
+    # Each rank's own manifest, in a run of several ranks (empty otherwise).
+    rank_manifests: dict[int, Manifest] = field(default_factory=dict)
     _arrow: dict[StoreTable, pa.Table] = field(default_factory=dict, repr=False)
 
     @property
     def status(self) -> RunStatus:
         """The manifest's status, or ``killed`` if it says running and its writer is gone."""
-        status = self.manifest.status
-        if status is RunStatus.RUNNING and not _writer_alive(self.manifest):
-            return RunStatus.KILLED
-        return status
+        return rank_status(self.manifest, _writer_alive)
 
     def arrow(self, table: StoreTable) -> pa.Table:
         """One table as Arrow, with a ``rank`` column taken from the partition directories."""
         if table not in self._arrow:
-            self._arrow[table] = _read_table(self.path, table)
+            self._arrow[table] = _read_table(self.path, table, self.clock_offsets())
         return self._arrow[table]
+
+    def clock_offsets(self) -> dict[int, int]:
+        """Nanoseconds to subtract from each rank's times to put them on rank 0's clock."""
+        offsets = {}
+        for rank, manifest in self.rank_manifests.items():
+            for clock in manifest.clocks:
+                if clock.name == RANK0_CLOCK and clock.offset_ns:
+                    offsets[rank] = clock.offset_ns
+        return offsets
 
     def _frame(self, table: StoreTable) -> pd.DataFrame:
         return _to_pandas(self.arrow(table))
@@ -86,18 +97,28 @@ def load(path: str | os.PathLike[str]) -> Run:
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run directory")
-    if not (run_dir / MANIFEST_NAME).is_file():
+    try:
+        ranks = read_rank_manifests(run_dir)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise RunError(f"{run_dir}: unreadable rank manifest ({error})") from None
+    has_manifest = (run_dir / MANIFEST_NAME).is_file()
+    if not has_manifest and not ranks:
         raise RunError(f"{run_dir}: not a dlprof run (no {MANIFEST_NAME})")
     try:
-        manifest = Manifest.read(run_dir)
+        # Rank 0 writes run.json; without it (rank 0 never started) the ranks' own suffice.
+        manifest = Manifest.read(run_dir) if has_manifest else None
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise RunError(f"{run_dir / MANIFEST_NAME}: unreadable manifest ({error})") from None
-    if manifest.schema_version > SCHEMA_VERSION:
+    if ranks:
+        manifest = combine(ranks, manifest, _writer_alive)
+    assert manifest is not None
+    newest = max([manifest.schema_version, *(m.schema_version for m in ranks.values())])
+    if newest > SCHEMA_VERSION:
         raise RunError(
-            f"{run_dir}: written by a newer dlprof (schema {manifest.schema_version}, "
+            f"{run_dir}: written by a newer dlprof (schema {newest}, "
             f"this one reads up to {SCHEMA_VERSION})"
         )
-    return Run(path=run_dir, manifest=manifest)
+    return Run(path=run_dir, manifest=manifest, rank_manifests=ranks)
 
 
 def _writer_alive(manifest: Manifest) -> bool:
@@ -126,7 +147,7 @@ def _rank_dirs(run_dir: Path, table: StoreTable) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _read_table(run_dir: Path, table: StoreTable) -> pa.Table:
+def _read_table(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int]) -> pa.Table:
     schema = SCHEMAS[table]
     parts = []
     for rank, directory in _rank_dirs(run_dir, table):
@@ -142,11 +163,23 @@ def _read_table(run_dir: Path, table: StoreTable) -> pa.Table:
         except (pa.ArrowInvalid, OSError) as error:
             detail = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RunError(f"{directory}: damaged Parquet file ({detail})") from None
+        if clock_offsets.get(rank):
+            data = _shift_times(data, clock_offsets[rank])
         rank_column = pa.array([rank] * data.num_rows, pa.int32())
         parts.append(data.append_column("rank", rank_column))
     if not parts:
         return schema.empty_table().append_column("rank", pa.array([], pa.int32()))
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _shift_times(data: pa.Table, offset_ns: int) -> pa.Table:
+    """Move a rank's timestamps onto rank 0's clock."""
+    for column in ("start_ns", "ts_ns"):
+        if column in data.column_names:
+            index = data.column_names.index(column)
+            shifted = pc.subtract(data.column(column), pa.scalar(offset_ns, pa.int64()))
+            data = data.set_column(index, column, shifted)
+    return data
 
 
 _PANDAS_TYPES = {
