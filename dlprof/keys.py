@@ -83,6 +83,13 @@ class TreeView(StrEnum):
     CODE = "code"  # Python frames, file:line:function
 
 
+class DiffBasis(StrEnum):
+    """``dlprof diff --per``: what the times of the two runs are divided by before comparing."""
+
+    STEP = "step"  # each run's number of steps: runs of different lengths compare
+    RUN = "run"  # nothing: whole-run totals
+
+
 class TableFormat(StrEnum):
     """How a table command prints: for a person or for a script."""
 
