@@ -44,8 +44,14 @@ def _started(run_dir: Path) -> tuple[int, str]:
 
 
 def open_run(path: str | None) -> Run:
-    """The run at ``path``, or the newest one under ./dlprof-runs when no path is given."""
-    return load(Path(path) if path else newest_run())
+    """The run at ``path`` (a directory, or the name of one under ./dlprof-runs), or the newest
+    one under ./dlprof-runs when no path is given."""
+    if not path:
+        return load(newest_run())
+    named = RUNS_DIR / path
+    if not Path(path).exists() and (named / MANIFEST_NAME).is_file():
+        return load(named)
+    return load(Path(path))
 
 
 run_argument = click.argument("run", required=False, metavar="[RUN]")

@@ -1,0 +1,121 @@
+"""A diff of two runs for a person: the totals, then one table per kind, changes in colour.
+
+    render_diff(table, "before (A) vs after (B), per step", limit=20)
+
+Takes a :func:`dlprof.analysis.diff.diff` table (with a ``regressed`` column when a threshold was
+given) and only lays it out: slower in red with a ``+``, faster in green, regressed rows marked
+``!``; names shortened as every terminal table shortens them. Off a terminal the colours go and
+the signs stay.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dlprof.analysis.diff import Change, limit_names
+from dlprof.viewers.terminal import format_column, short_name
+
+SLOWER, FASTER = "red", "green"
+# What the change column says where there is no percentage.
+_NO_PERCENT = {Change.NEW: "new", Change.VANISHED: "gone"}
+# Narrower than other tables' names: a diff has twice the number columns beside them.
+NAME_WIDTH = 80
+
+
+def render_diff(table: pd.DataFrame, heading: str, limit: int | None = None, out: TextIO | None = None) -> None:
+    """Print a diff table: a totals table, then the names of each kind by absolute change.
+
+    Args:
+        table: a diff table, optionally with a boolean ``regressed`` column.
+        heading: the first line, naming the runs and what the times are per.
+        limit: names shown per kind (None: all).
+        out: where to print (stdout by default).
+    """
+    stream = out or sys.stdout
+    width = None if stream.isatty() else 220
+    console = Console(file=stream, width=width, highlight=False)
+    console.print(Text(heading, style="bold"))
+    totals = table[table["status"] == Change.TOTAL]
+    console.print(_table(totals, "Totals", label="kind"))
+    shown = limit_names(table, limit)
+    for kind in totals["kind"]:
+        names = table[(table["kind"] == kind) & (table["status"] != Change.TOTAL)]
+        rows = shown[(shown["kind"] == kind) & (shown["status"] != Change.TOTAL)]
+        new = int((names["status"] == Change.NEW).sum())
+        gone = int((names["status"] == Change.VANISHED).sum())
+        title = (f"{kind}: {len(rows)} of {len(names)} names by absolute change "
+                 f"({new} new in B, {gone} gone from A)")
+        console.print(_table(rows, title, label="name"))
+
+
+def _table(rows: pd.DataFrame, title: str, label: str) -> Table:
+    """One rich table of diff rows; ``label`` is the column that names each row."""
+    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    flagged = rows["regressed"].tolist() if "regressed" in rows else [False] * len(rows)
+    columns: list[tuple[str, list[Text]]] = []
+    if any(flagged):
+        columns.append(("!", [Text("!" if f else "", style="bold red") for f in flagged]))
+    columns.append((label.capitalize(), _plain([short_name(str(v), NAME_WIDTH) for v in rows[label]])))
+    columns.append(("Calls A", _plain(_calls(rows["calls_a"]))))
+    columns.append(("Calls B", _plain(_calls(rows["calls_b"]))))
+    unit, (time_a, time_b, delta) = _same_unit(rows, ["time_a_ns", "time_b_ns", "delta_ns"])
+    signs = rows["delta_ns"].tolist()
+    columns.append((f"Time A ({unit})", _plain(time_a)))
+    columns.append((f"Time B ({unit})", _plain(time_b)))
+    columns.append((f"Change ({unit})", [_signed(cell, sign) for cell, sign in zip(delta, signs, strict=True)]))
+    percents = [
+        _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
+        for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
+    ]
+    columns.append(("Change %", [_signed(cell, sign) for cell, sign in zip(percents, signs, strict=True)]))
+    if label == "name":
+        unit, averages = _same_unit(rows, ["avg_a_ns", "avg_b_ns"])
+        columns.append((f"Avg A ({unit})", _plain(averages[0])))
+        columns.append((f"Avg B ({unit})", _plain(averages[1])))
+        columns.append(("Share A %", _plain([f"{v:.1f}" for v in rows["share_a_pct"]])))
+        columns.append(("Share B %", _plain([f"{v:.1f}" for v in rows["share_b_pct"]])))
+    for header, _ in columns:
+        if header == label.capitalize():
+            table.add_column(Text(header), justify="left", overflow="fold", ratio=1, min_width=24)
+        else:
+            table.add_column(Text(header), justify="right", no_wrap=True)
+    for row in zip(*(cells for _, cells in columns), strict=True):
+        table.add_row(*row)
+    return table
+
+
+def _same_unit(rows: pd.DataFrame, names: list[str]) -> tuple[str, list[list[str]]]:
+    """Time columns as text in one unit, so that A, B and the change read side by side."""
+    stacked = pd.concat([rows[name] for name in names], ignore_index=True)
+    header, cells = format_column(names[0], stacked.fillna(0))
+    unit = header.rpartition("(")[2].rstrip(")")
+    missing = stacked.isna().tolist()
+    cells = ["-" if gone else cell for cell, gone in zip(cells, missing, strict=True)]
+    size = len(rows)
+    return unit, [cells[i * size : (i + 1) * size] for i in range(len(names))]
+
+
+def _calls(values: pd.Series) -> list[str]:
+    """Whole counts as they are; per-step counts, which can be fractions, to two places."""
+    whole = bool((values == values.round()).all())
+    return [f"{v:,.0f}" if whole else f"{v:,.2f}" for v in values]
+
+
+def _plain(cells: list[str]) -> list[Text]:
+    # Text, not str: a name such as "[red]" is shown as written, never as markup.
+    return [Text(cell) for cell in cells]
+
+
+def _signed(cell: str, sign: float) -> Text:
+    """A change: ``+`` and red when B is slower, green when faster."""
+    if sign > 0:
+        signed = f"+{cell}" if cell[:1].isdigit() else cell
+        return Text(signed, style=SLOWER)
+    return Text(cell, style=FASTER if sign < 0 else "")
