@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,3 +67,23 @@ def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.exporters.conftest import simple_add_trace, write_imported_run
 
     return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_ddp_example(out: Path, *extra: str, steps: int = 6, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``dlprof run --nproc N examples/ddp_train.py``: a real gloo job, one rank per process."""
+    pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    command = [*dlprof_program(), "run", "--nproc", str(nproc), "-o", str(out), *extra,
+               str(EXAMPLES / "ddp_train.py"), "--steps", str(steps)]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, cwd=out.parent)
+
+
+@pytest.fixture(scope="session")
+def two_rank_gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real two-rank DistributedDataParallel job on the CPU (gloo), profiled into one run."""
+    out = tmp_path_factory.mktemp("runs") / "ddp"
+    done = run_ddp_example(out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out

@@ -44,8 +44,8 @@ def combine(
         alive: whether a manifest's writer process still runs.
 
     Returns:
-        A manifest whose status is the worst rank's, whose error and exit code name the first
-        rank that ended worst, and whose counts, ranks and span cover every rank.
+        A manifest whose status is the worst rank's, whose error and exit code name the rank
+        that ended worst first, and whose counts, ranks and span cover every rank.
     """
     first = ranks[min(ranks)]
     job = dataclasses.replace(base if base is not None else first)
@@ -53,7 +53,11 @@ def combine(
     worst = max(statuses.values(), key=_SEVERITY.index)
     # Never written: the combined manifest is the reader's, so it may say KILLED.
     job.status = worst
-    culprits = [rank for rank, status in statuses.items() if status is worst]
+    # The rank that ended first is the cause; the others often fail because it went away.
+    culprits = sorted(
+        (rank for rank, status in statuses.items() if status is worst),
+        key=lambda rank: (ranks[rank].end_ns or float("inf"), rank),
+    )
     if worst is not RunStatus.COMPLETE:
         culprit = ranks[culprits[0]]
         ended = "was killed" if worst is RunStatus.KILLED else f"ended {worst}"
