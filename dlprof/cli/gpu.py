@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import click
-import pandas as pd
 
 from dlprof.analysis.gpu import ALL, gpu_breakdown
 from dlprof.cli.common import UsageError, open_run, run_argument
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
-from dlprof.viewers.terminal import format_column, write_table
+from dlprof.viewers.terminal import readable_columns, write_table
 
 HELP = """Show each GPU's busy and idle time per training step, what kept it busy, and
 kernel launch delays.
@@ -83,31 +82,9 @@ def print_gpu(loaded: Run, rank: int | None = None, fmt: TableFormat = TableForm
     keys = ["device", "step"] if table["rank"].nunique() == 1 else ["rank", "device", "step"]
     name = f"{loaded.path.name} ({loaded.status})"
     write_table(
-        _shown(table, keys, [_TIME_COLUMNS, _SHARE_COLUMNS, _COUNT_COLUMNS]),
+        readable_columns(table, keys, [_TIME_COLUMNS, _SHARE_COLUMNS, _COUNT_COLUMNS]),
         f"{name}: GPU time per step (window = the step's span on the GPU; {ALL}: whole run)",
         fmt,
     )
-    delays = _shown(table, keys, [[("launches", "Kernels launched")], _DELAY_COLUMNS])
+    delays = readable_columns(table, keys, [[("launches", "Kernels launched")], _DELAY_COLUMNS])
     write_table(delays, f"{name}: kernel launch delay (kernel start - runtime call start)", fmt)
-
-
-def _shown(table: pd.DataFrame, keys: list[str], groups: list[list[tuple[str, str]]]) -> pd.DataFrame:
-    """The columns a person reads, as text; the times of one group share one unit."""
-    shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
-    for group in groups:
-        stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
-        viewer_header, cells = format_column(group[0][0], stacked)
-        unit = _unit(group[0][0], viewer_header)
-        for i, (column, header) in enumerate(group):
-            part = cells[i * len(table) : (i + 1) * len(table)]
-            missing = table[column].isna().tolist()
-            shown[f"{header}{unit}"] = ["-" if gone else cell for cell, gone in zip(part, missing, strict=True)]
-    return pd.DataFrame(shown)
-
-
-def _unit(column: str, viewer_header: str) -> str:
-    """`` (ms)`` and the like for a time column, taken from the terminal viewer's header."""
-    if not column.endswith("_ns"):
-        return ""
-    _, opened, unit = viewer_header.rpartition(" (")
-    return f" ({unit}" if opened else ""

@@ -113,6 +113,37 @@ def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
     return header, [str(v) for v in values]
 
 
+def readable_columns(table: pd.DataFrame, keys: list[str], groups: list[list[tuple[str, str]]]) -> pd.DataFrame:
+    """Chosen columns of an analysis table as text for a person, missing values as ``-``.
+
+    Args:
+        table: the analysis table.
+        keys: columns shown as they are, headed by their capitalised name (``rank``, ``step``).
+        groups: lists of (column, header); the times of one group share one unit, in the header.
+
+    Returns:
+        A frame of text cells, for :func:`write_table`.
+    """
+    shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
+    for group in groups:
+        stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
+        viewer_header, cells = format_column(group[0][0], stacked)
+        unit = _unit(group[0][0], viewer_header)
+        for i, (column, header) in enumerate(group):
+            part = cells[i * len(table) : (i + 1) * len(table)]
+            missing = table[column].isna().tolist()
+            shown[f"{header}{unit}"] = ["-" if gone else cell for cell, gone in zip(part, missing, strict=True)]
+    return pd.DataFrame(shown)
+
+
+def _unit(column: str, viewer_header: str) -> str:
+    """`` (ms)`` and the like for a time column, taken from the terminal viewer's header."""
+    if not column.endswith("_ns"):
+        return ""
+    _, opened, unit = viewer_header.rpartition(" (")
+    return f" ({unit}" if opened else ""
+
+
 def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> None:
     """Print a DataFrame as an aligned table with a title."""
     stream = out or sys.stdout
