@@ -187,7 +187,7 @@ def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair, divisors: tuple
     """One kind's total row and name rows."""
     side_a, total_a = _side(_of_rank(run_a, ranks[0]), kind)
     side_b, total_b = _side(_of_rank(run_b, ranks[1]), kind)
-    names = side_a.join(side_b, how="outer", lsuffix="_a", rsuffix="_b")
+    names = side_a.join(side_b, how="outer", suffixes=("_a", "_b"))
     present_a, present_b = names["calls_a"].notna(), names["calls_b"].notna()
     names = names.fillna(0)
     status = np.where(present_a & present_b, Change.BOTH, np.where(present_a, Change.VANISHED, Change.NEW))

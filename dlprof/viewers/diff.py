@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlprof.analysis.diff import Change, limit_names
-from dlprof.viewers.terminal import format_column, short_name
+from dlprof.viewers.terminal import readable_columns, short_name
 
 SLOWER, FASTER = "red", "green"
 # What the change column says where there is no percentage.
@@ -55,30 +55,34 @@ def render_diff(table: pd.DataFrame, heading: str, limit: int | None = None, out
         console.print(_table(rows, title, label="name"))
 
 
+# Columns whose times share one unit, so that A, B and the change read side by side.
+_TIMES = [("time_a_ns", "Time A"), ("time_b_ns", "Time B"), ("delta_ns", "Change")]
+_AVERAGES = [("avg_a_ns", "Avg A"), ("avg_b_ns", "Avg B")]
+
+
 def _table(rows: pd.DataFrame, title: str, label: str) -> Table:
     """One rich table of diff rows; ``label`` is the column that names each row."""
     table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     flagged = rows["regressed"].tolist() if "regressed" in rows else [False] * len(rows)
+    signs = rows["delta_ns"].tolist()
     columns: list[tuple[str, list[Text]]] = []
     if any(flagged):
         columns.append(("!", [Text("!" if f else "", style="bold red") for f in flagged]))
     columns.append((label.capitalize(), _plain([short_name(str(v), NAME_WIDTH) for v in rows[label]])))
     columns.append(("Calls A", _plain(_calls(rows["calls_a"]))))
     columns.append(("Calls B", _plain(_calls(rows["calls_b"]))))
-    unit, (time_a, time_b, delta) = _same_unit(rows, ["time_a_ns", "time_b_ns", "delta_ns"])
-    signs = rows["delta_ns"].tolist()
-    columns.append((f"Time A ({unit})", _plain(time_a)))
-    columns.append((f"Time B ({unit})", _plain(time_b)))
-    columns.append((f"Change ({unit})", [_signed(cell, sign) for cell, sign in zip(delta, signs, strict=True)]))
-    percents = [
-        _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
-        for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
-    ]
-    columns.append(("Change %", [_signed(cell, sign) for cell, sign in zip(percents, signs, strict=True)]))
+    times = readable_columns(rows, [], [_TIMES] + ([_AVERAGES] if label == "name" else []))
+    for header, cells in times.items():
+        changing = header.startswith("Change")
+        columns.append((str(header), [_signed(c, s) for c, s in zip(cells, signs, strict=True)] if changing
+                        else _plain(cells.tolist())))
+        if changing:
+            percents = [
+                _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
+                for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
+            ]
+            columns.append(("Change %", [_signed(c, s) for c, s in zip(percents, signs, strict=True)]))
     if label == "name":
-        unit, averages = _same_unit(rows, ["avg_a_ns", "avg_b_ns"])
-        columns.append((f"Avg A ({unit})", _plain(averages[0])))
-        columns.append((f"Avg B ({unit})", _plain(averages[1])))
         columns.append(("Share A %", _plain([f"{v:.1f}" for v in rows["share_a_pct"]])))
         columns.append(("Share B %", _plain([f"{v:.1f}" for v in rows["share_b_pct"]])))
     for header, _ in columns:
@@ -89,17 +93,6 @@ def _table(rows: pd.DataFrame, title: str, label: str) -> Table:
     for row in zip(*(cells for _, cells in columns), strict=True):
         table.add_row(*row)
     return table
-
-
-def _same_unit(rows: pd.DataFrame, names: list[str]) -> tuple[str, list[list[str]]]:
-    """Time columns as text in one unit, so that A, B and the change read side by side."""
-    stacked = pd.concat([rows[name] for name in names], ignore_index=True)
-    header, cells = format_column(names[0], stacked.fillna(0))
-    unit = header.rpartition("(")[2].rstrip(")")
-    missing = stacked.isna().tolist()
-    cells = ["-" if gone else cell for cell, gone in zip(cells, missing, strict=True)]
-    size = len(rows)
-    return unit, [cells[i * size : (i + 1) * size] for i in range(len(names))]
 
 
 def _calls(values: pd.Series) -> list[str]:
