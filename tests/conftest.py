@@ -52,6 +52,19 @@ def cnn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return profile_tiny_cnn(tmp_path_factory.mktemp("runs") / "cnn")
 
 
+@pytest.fixture(scope="session")
+def trace_diff_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """HTA's control and test traces of one model (A100 rank 3, V100 rank 1; six steps each),
+    each imported into a run as ``dlprof import`` does."""
+    from dlprof.importers.trace_file import import_traces
+
+    parent = tmp_path_factory.mktemp("trace-diff")
+    for name in ("control", "test"):
+        (trace,) = (KINETO_TRACES / "trace_diff" / name).glob("*.json.gz")
+        import_traces([trace], parent / name)
+    return parent / "control", parent / "test"
+
+
 # Runs of real GPU work (recorded traces imported), for every test directory.
 @pytest.fixture(scope="session")
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
