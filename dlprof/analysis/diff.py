@@ -100,7 +100,17 @@ def work_steps(run: Run, rank: int | None = None) -> int:
 
 def choose_basis(run_a: Run, run_b: Run, ranks: RankPair = ALL_RANKS,
                  requested: DiffBasis | None = None) -> DiffBasis:
-    """Per step when both runs have steps (or when asked), else whole-run totals.
+    """What to divide times by: per step when both runs have steps, else whole-run totals.
+
+    Args:
+        run_a: the baseline.
+        run_b: the run compared with it.
+        ranks: the rank of each run compared (None: all its ranks).
+        requested: what the user asked for; None chooses.
+
+    Returns:
+        :attr:`DiffBasis.STEP` when both runs have steps and run totals were not asked for,
+        else :attr:`DiffBasis.RUN`.
 
     Raises:
         ValueError: per step was asked for and a run has no steps.
@@ -136,7 +146,7 @@ def diff(run_a: Run, run_b: Run, kinds: tuple[str, ...] = DEFAULT_KINDS,
     Raises:
         ValueError: ``per`` is step and a run has no steps.
     """
-    divisors = (_divisor(run_a, ranks[0], per), _divisor(run_b, ranks[1], per))
+    divisors = (_steps(run_a, ranks[0]), _steps(run_b, ranks[1])) if per is DiffBasis.STEP else None
     sections = [_section(run_a, run_b, kind, ranks, divisors) for kind in kinds]
     table = pd.concat(sections, ignore_index=True) if sections else pd.DataFrame(columns=DIFF_COLUMNS)
     table["per"] = str(per)
@@ -174,17 +184,16 @@ def limit_names(table: pd.DataFrame, limit: int | None) -> pd.DataFrame:
     return table[(table["status"] == Change.TOTAL) | (place_in_kind <= limit)]
 
 
-def _divisor(run: Run, rank: int | None, per: DiffBasis) -> int:
-    if per is DiffBasis.RUN:
-        return 1
+def _steps(run: Run, rank: int | None) -> int:
     steps = work_steps(run, rank)
     if not steps:
         raise ValueError(f"{run.path}: no steps to compare per step; compare totals with --per run")
     return steps
 
 
-def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair, divisors: tuple[int, int]) -> pd.DataFrame:
-    """One kind's total row and name rows."""
+def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair,
+             steps: tuple[int, int] | None) -> pd.DataFrame:
+    """One kind's total row and name rows, per step when each run's steps are given."""
     side_a, total_a = _side(_of_rank(run_a, ranks[0]), kind)
     side_b, total_b = _side(_of_rank(run_b, ranks[1]), kind)
     names = side_a.join(side_b, how="outer", suffixes=("_a", "_b"))
@@ -199,11 +208,12 @@ def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair, divisors: tuple
     })
     rows = pd.concat([total, names], ignore_index=True)
     out = pd.DataFrame({"kind": str(kind), "name": rows["name"].astype(str), "status": rows["status"].astype(str)})
+    divisors = steps or (0, 0)  # 0: whole-run totals, whole counts
     for side, divisor, kind_total in (("a", divisors[0], total_a), ("b", divisors[1], total_b)):
         calls, time = rows[f"calls_{side}"], rows[f"time_{side}"]
-        out[f"calls_{side}"] = calls / divisor if divisor > 1 else calls.astype("int64")
-        out[f"time_{side}_ns"] = (time / divisor).round().astype("int64")
-        out[f"avg_{side}_ns"] = (rows[f"time_{side}"] / calls).where(calls > 0).round()
+        out[f"calls_{side}"] = calls / divisor if divisor else calls.astype("int64")
+        out[f"time_{side}_ns"] = (time / (divisor or 1)).round().astype("int64")
+        out[f"avg_{side}_ns"] = (time / calls).where(calls > 0).round()
         out[f"share_{side}_pct"] = 100.0 * time / kind_total if kind_total else np.nan
     # Nested slices make a per-call average of the total meaningless.
     out.loc[0, ["avg_a_ns", "avg_b_ns"]] = np.nan
@@ -232,8 +242,11 @@ def _inside_same_kind(slices: pd.DataFrame, of_kind: pd.DataFrame) -> pd.Series:
     kind = of_kind["kind"].iloc[0] if len(of_kind) else ""
     inside = pd.Series(False, index=of_kind.index)
     ancestor = of_kind["parent_id"]
-    # One step up the tree per pass, for every slice at once: as many passes as the nesting is deep.
-    while ancestor.notna().any():
+    # One step up the tree per pass, for every slice at once: as many passes as the nesting is
+    # deep. The bound only guards against a parent cycle in a damaged run.
+    for _ in range(len(slices) + 1):
+        if not ancestor.notna().any():
+            break
         inside |= (ancestor.map(kind_of) == kind).fillna(False).astype(bool)
         ancestor = ancestor.map(parent_of)
     return inside
