@@ -86,6 +86,7 @@ def top(
     group_by: GroupKey = GroupKey.NAME,
     limit: int | None = 15,
     rank: int | None = None,
+    per_rank: bool = False,
 ) -> pd.DataFrame:
     """Aggregate the slices of one kind into a table, sorted and cut to ``limit`` rows.
 
@@ -97,12 +98,14 @@ def top(
             the CPU op that launched the work.
         limit: at most this many rows (None: all).
         rank: only this rank's slices.
+        per_rank: add how each row's total time spreads over the ranks (:func:`rank_spread`).
 
     Returns:
         One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
         activity, plus ``input_shapes`` when grouped by shape, plus one column per CPU counter
         metric (``perf:task-clock``...) measured over these slices, summed per group. Percentages are of the total
-        self time of the kind; ``cum_pct`` accumulates them down the sorted table.
+        self time of the kind; ``cum_pct`` accumulates them down the sorted table. With
+        ``per_rank``, :data:`PER_RANK_COLUMNS` come last.
     """
     selected = slices_of_kind(run, kind, rank)
     keys = ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
@@ -151,7 +154,39 @@ def top(
         columns.append(DEVICE_COLUMN)
     columns.extend(counted.columns)
     table = table[columns]
-    return table.head(limit) if limit else table
+    table = table.head(limit) if limit else table
+    if per_rank:
+        ranks = [rank] if rank is not None else sorted(int(r) for r in run.slices["rank"].unique())
+        table = table.merge(rank_spread(frame, keys, ranks), on=keys, how="left")
+    return table
+
+
+# Added by top(per_rank=True): how a row's total time spreads over the ranks.
+PER_RANK_COLUMNS = ["rank_min_ns", "rank_median_ns", "rank_max_ns", "max_rank"]
+
+
+def rank_spread(frame: pd.DataFrame, keys: list[str], ranks: list[int]) -> pd.DataFrame:
+    """Per group of slices, the least, median and most total time one rank spent in it, and
+    the rank that spent the most.
+
+    Args:
+        frame: slices with a ``rank`` column and the ``keys`` columns.
+        keys: the columns whose values make a group.
+        ranks: the ranks to spread over; a rank without slices in a group counts zero there.
+
+    Returns:
+        The ``keys`` columns and :data:`PER_RANK_COLUMNS`; a tie for the most goes to the
+        lowest rank.
+    """
+    totals = frame.groupby([*keys, "rank"], sort=False, dropna=False)["dur_ns"].sum()
+    per_rank = totals.unstack("rank", fill_value=0).reindex(columns=ranks, fill_value=0)
+    spread = pd.DataFrame({
+        "rank_min_ns": per_rank.min(axis=1).astype("int64"),
+        "rank_median_ns": per_rank.median(axis=1).astype("float64"),
+        "rank_max_ns": per_rank.max(axis=1).astype("int64"),
+        "max_rank": per_rank.idxmax(axis=1).astype("int64"),
+    })
+    return spread.reset_index()
 
 
 def counter_metrics(run: Run, slice_ids: pd.Series) -> pd.DataFrame:

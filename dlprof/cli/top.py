@@ -21,6 +21,7 @@ Examples:
   dlprof top --by micros                 # ops by total time, newest run
   dlprof top --kind module --by self     # layers by self time
   dlprof top --group-by shape --limit 30 # one row per op and input shapes
+  dlprof top RUN --per-rank              # each row's least, median and most time over ranks
   dlprof top RUN --format json           # for scripts
 """
 
@@ -40,19 +41,24 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
               help="Rows to show (0: all).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--per-rank", is_flag=True,
+              help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
 @click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
-            fmt: str) -> int:
+            per_rank: bool, fmt: str) -> int:
     loaded = open_run(run)
     print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit,
-              rank=rank, fmt=TableFormat(fmt))
+              rank=rank, fmt=TableFormat(fmt), per_rank=per_rank)
     return 0
 
 
 def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
-              rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
+              rank: int | None = None, fmt: TableFormat = TableFormat.TABLE,
+              per_rank: bool = False) -> None:
     """Print a run's top table, or fail with one line saying what the run holds instead."""
+    if per_rank and group_by is GroupKey.TYPE:
+        raise UsageError("--per-rank: not with --group-by type (tfprof's op view)")
     present = kinds_present(loaded)
     if not present:
         raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
@@ -60,8 +66,12 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         raise UsageError(
             f"{loaded.path}: no slices of kind {kind!r}; this run has: {', '.join(present)}"
         )
+    ranks = sorted(int(r) for r in loaded.slices["rank"].unique())
+    if rank is not None and rank not in ranks:
+        raise UsageError(f"{loaded.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks))}")
     try:
-        table = top(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank)
+        table = top(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
+                    per_rank=per_rank)
     except ValueError as error:
         raise UsageError(str(error)) from None
     title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"

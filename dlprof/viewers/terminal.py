@@ -32,6 +32,10 @@ _HEADERS = {
     "bytes": "Bytes",
     "flops": "FLOPs",
     "device_ns": "Device",
+    "rank_min_ns": "Rank min",
+    "rank_median_ns": "Rank median",
+    "rank_max_ns": "Rank max",
+    "max_rank": "Max rank",
 }
 
 
@@ -127,7 +131,8 @@ def readable_columns(table: pd.DataFrame, keys: list[str], groups: list[list[tup
     shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
     for group in groups:
         stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
-        viewer_header, cells = format_column(group[0][0], stacked)
+        # Missing cells are shown as "-" below; filled, they cannot upset the choice of unit.
+        viewer_header, cells = format_column(group[0][0], stacked.fillna(0))
         unit = _unit(group[0][0], viewer_header)
         for i, (column, header) in enumerate(group):
             part = cells[i * len(table) : (i + 1) * len(table)]
