@@ -94,8 +94,8 @@ def top(
         run: the run.
         kind: which slices (``op``, ``module``, ``region``, ``step``, ``kernel``...).
         by: what the rows are sorted by, descending.
-        group_by: one row per name, per (name, input shapes), or, for device kinds, per name of
-            the CPU op that launched the work.
+        group_by: one row per name, per (name, input shapes), per type (:func:`op_types`), or,
+            for device kinds, per name of the CPU op that launched the work.
         limit: at most this many rows (None: all).
         rank: only this rank's slices.
         per_rank: add how each row's total time spreads over the ranks (:func:`rank_spread`).
@@ -114,6 +114,8 @@ def top(
     frame = selected.assign(input_shapes=selected["input_shapes"].fillna(""))
     if group_by is GroupKey.OP and kind in DEVICE_KINDS:
         frame = frame.assign(name=_launcher_names(run, frame))
+    elif group_by is GroupKey.TYPE:
+        frame = frame.assign(name=op_types(frame))
     launched = device_time_by_launcher(run)
     if kind in DEVICE_KINDS:
         frame = frame.assign(device_ns=frame["dur_ns"])
@@ -203,6 +205,12 @@ def counter_metrics(run: Run, slice_ids: pd.Series) -> pd.DataFrame:
     )
     pivot.columns = [str(c) for c in pivot.columns]
     return pivot
+
+
+def op_types(slices: pd.DataFrame) -> pd.Series:
+    """Each slice's logical type (``MatMul``) where the source recorded one, else its name
+    (PyTorch records none: ``aten::mm`` is both)."""
+    return slices["op_type"].astype(object).fillna(slices["name"].astype(object)).astype(str)
 
 
 def _launcher_names(run: Run, device: pd.DataFrame) -> pd.Series:

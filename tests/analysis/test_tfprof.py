@@ -1,0 +1,211 @@
+"""tfprof's op view: per op type, requested bytes, total/accelerator/CPU time and occurrence with
+tfprof's two percentages, checked against sums computed here from the run's own rows."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import dlprof
+from dlprof.analysis.aggregate import top
+from dlprof.analysis.tfprof import MEASURES, op_view, percent_columns
+from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey, StoreTable
+from dlprof.store.manifest import Manifest
+from dlprof.store.writer import RankWriter
+from tests.analysis.test_aggregate import op
+
+
+def write_run(directory: Path, slices: list[dict[str, object]],
+              memory: list[dict[str, object]] | None = None) -> dlprof.Run:
+    """A complete one-rank run of the given slice (and memory) rows."""
+    Manifest(name="t", command=["t"]).write(directory)
+    writer = RankWriter(directory, 0)
+    for table, rows in ((StoreTable.SLICES, slices), (StoreTable.MEMORY, memory or [])):
+        if rows:
+            writer.write_chunk(table, pa.table({key: [row.get(key) for row in rows] for key in rows[0]}), "test")
+    writer.compact()
+    return dlprof.load(directory)
+
+
+def allocation(slice_id: int, size: int, ts: int) -> dict[str, object]:
+    return {"pid": 1, "tid": 1, "device": "cpu", "ts_ns": ts, "bytes": size, "slice_id": slice_id}
+
+
+class Walk:
+    """The run's nesting as plain dictionaries, walked one parent at a time (the view walks it
+    vectorised; this is the slow, obvious way)."""
+
+    def __init__(self, run: dlprof.Run) -> None:
+        rows = run.slices[["id", "parent_id", "kind", "name", "dur_ns"]].to_dict("records")
+        self.rows: dict[int, dict[str, Any]] = {int(r["id"]): r for r in rows}
+
+    def parent(self, slice_id: int) -> int | None:
+        parent = self.rows[slice_id]["parent_id"]
+        return None if pd.isna(parent) or int(parent) not in self.rows else int(parent)
+
+    def enclosing(self, slice_id: int, kind: str, include_self: bool = False) -> int | None:
+        current: int | None = slice_id if include_self else self.parent(slice_id)
+        while current is not None and self.rows[current]["kind"] != kind:
+            current = self.parent(current)
+        return current
+
+    def ancestors(self, slice_id: int) -> list[int]:
+        """From the outermost slice down to the direct parent."""
+        chain = []
+        current = self.parent(slice_id)
+        while current is not None:
+            chain.append(current)
+            current = self.parent(current)
+        return chain[::-1]
+
+    def ops(self) -> list[int]:
+        return [i for i, r in self.rows.items() if r["kind"] == Kind.OP]
+
+
+def expected_costs(run: dlprof.Run) -> dict[int, dict[str, int]]:
+    """Per op id: cpu (its duration less the ops directly nested in it), device (kernels,
+    memcpy, memset linked to it through their runtime call) and requested bytes."""
+    walk = Walk(run)
+    costs = {i: {"cpu": int(walk.rows[i]["dur_ns"]), "device": 0, "bytes": 0} for i in walk.ops()}
+    for i in walk.ops():
+        outer = walk.enclosing(i, Kind.OP)
+        if outer is not None:
+            costs[outer]["cpu"] -= int(walk.rows[i]["dur_ns"])
+    slices = run.slices
+    runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
+    caller = {(r, c): p for r, c, p in zip(runtime["rank"], runtime["correlation_id"], runtime["parent_id"], strict=True)}
+    device = slices[slices["kind"].isin([str(k) for k in DEVICE_KINDS])]
+    for rank, correlation, dur in zip(device["rank"], device["correlation_id"], device["dur_ns"], strict=True):
+        launcher = caller.get((rank, correlation))
+        if launcher is not None and not pd.isna(launcher):
+            owner = walk.enclosing(int(launcher), Kind.OP, include_self=True)
+            if owner is not None:
+                costs[owner]["device"] += int(dur)
+    memory = run.memory
+    for slice_id, size in zip(memory["slice_id"], memory["bytes"], strict=True):
+        if size > 0 and not pd.isna(slice_id) and int(slice_id) in walk.rows:
+            owner = walk.enclosing(int(slice_id), Kind.OP, include_self=True)
+            if owner is not None:
+                costs[owner]["bytes"] += int(size)
+    return costs
+
+
+def expected_by_type(run: dlprof.Run) -> dict[str, dict[str, int]]:
+    walk = Walk(run)
+    slices = run.slices.set_index("id")
+    by_type: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for op_id, cost in expected_costs(run).items():
+        recorded = slices.at[op_id, "op_type"]
+        kind = str(walk.rows[op_id]["name"]) if pd.isna(recorded) else str(recorded)
+        row = by_type[kind]
+        row["occurrence"] += 1
+        row["cpu_ns"] += cost["cpu"]
+        row["device_ns"] += cost["device"]
+        row["total_ns"] += cost["cpu"] + cost["device"]
+        row["bytes"] += cost["bytes"]
+    return by_type
+
+
+def assert_matches(table: pd.DataFrame, expected: dict[str, dict[str, int]]) -> None:
+    assert set(table["name"]) == set(expected)
+    for row in table.to_dict("records"):
+        for column in ("occurrence", "cpu_ns", "device_ns", "total_ns", "bytes"):
+            assert row[column] == expected[row["name"]][column], (row["name"], column)
+
+
+@pytest.mark.torch
+def test_op_view_of_a_real_torch_run(cnn_run: Path) -> None:
+    run = dlprof.load(cnn_run)
+    table = op_view(run)
+    assert_matches(table, expected_by_type(run))
+    ops = run.slices[run.slices["kind"] == Kind.OP]
+    # Nothing counted twice: the CPU times add up to the time of the outermost ops.
+    walk = Walk(run)
+    outermost = [i for i in walk.ops() if walk.enclosing(i, Kind.OP) is None]
+    assert table["cpu_ns"].sum() == sum(int(walk.rows[i]["dur_ns"]) for i in outermost)
+    assert table["occurrence"].sum() == len(ops)
+    # Every allocation in the run is made inside some op of this CPU-only model.
+    assert table["bytes"].sum() == run.memory.loc[run.memory["bytes"] > 0, "bytes"].sum() > 0
+    assert (table["device_ns"] == 0).all() and (table["total_ns"] == table["cpu_ns"]).all()
+
+
+def test_accelerator_time_of_a_recorded_gpu_trace(gpu_run: Path) -> None:
+    run = dlprof.load(gpu_run)
+    table = op_view(run, by=SortKey.DEVICE)
+    assert_matches(table, expected_by_type(run))
+    assert table["device_ns"].iloc[0] > 0 and table["device_ns"].is_monotonic_decreasing
+    kernels = run.slices[run.slices["kind"] == Kind.KERNEL]
+    assert 0 < table["device_ns"].sum() <= run.slices.loc[
+        run.slices["kind"].isin([str(k) for k in DEVICE_KINDS]), "dur_ns"].sum()
+    assert len(kernels) > 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("by", [k for k in SortKey if k is not SortKey.DEVICE])
+def test_percentages_as_tfprof_prints_them(cnn_run: Path, by: SortKey) -> None:
+    table = op_view(dlprof.load(cnn_run), by=by)
+    sorted_on = {SortKey.MICROS: "total_ns", SortKey.SELF: "cpu_ns", SortKey.CALLS: "occurrence",
+                 SortKey.BYTES: "bytes", SortKey.FLOPS: "flops"}[by]
+    assert table[sorted_on].is_monotonic_decreasing
+    for measure in MEASURES:
+        share, cumulative = percent_columns(measure)
+        whole = table[measure].sum()
+        if whole == 0:
+            assert (table[share] == 0).all()
+            continue
+        assert table[share].tolist() == pytest.approx((100.0 * table[measure] / whole).tolist())
+        # The first percentage is this row and every row below it: 100% at the top, then falling
+        # by each row's own share, down to the last row's own share.
+        assert table[cumulative].iloc[0] == pytest.approx(100.0)
+        steps = table[cumulative].diff(-1).iloc[:-1]
+        assert steps.tolist() == pytest.approx(table[share].iloc[:-1].tolist())
+        assert table[cumulative].iloc[-1] == pytest.approx(table[share].iloc[-1])
+
+
+@pytest.mark.torch
+def test_a_limit_keeps_the_shares_of_the_whole(cnn_run: Path) -> None:
+    run = dlprof.load(cnn_run)
+    whole, cut = op_view(run), op_view(run, limit=3)
+    assert len(cut) == 3
+    pd.testing.assert_frame_equal(cut, whole.head(3))
+
+
+@pytest.mark.torch
+def test_sorting_by_device_time_needs_device_activity(cnn_run: Path) -> None:
+    with pytest.raises(ValueError, match="no device activity"):
+        op_view(dlprof.load(cnn_run), by=SortKey.DEVICE)
+
+
+def test_recorded_types_group_ops_and_nested_ops_are_not_counted_twice(tmp_path: Path) -> None:
+    # Two MatMul ops under different names (as TensorFlow names them by scope), an op nested in
+    # another, allocations by an op and by a non-op slice inside an op.
+    run = write_run(tmp_path, [
+        op(1, "dense/MatMul", 0, 100, op_type="MatMul"),
+        op(2, "dense_1/MatMul", 200, 50, op_type="MatMul"),
+        op(3, "aten::linear", 300, 100),
+        op(4, "aten::addmm", 320, 60),
+        op(5, "helper", 330, 10, kind="python"),
+        op(6, "aten::linear", 500, 40),
+    ], memory=[allocation(2, 64, 210), allocation(5, 128, 335), allocation(5, -128, 336),
+               allocation(3, 32, 301)])
+    table = op_view(run).set_index("name")
+    assert table.loc["MatMul", ["occurrence", "total_ns", "bytes"]].tolist() == [2, 150, 64]
+    assert table.loc["aten::linear", ["occurrence", "cpu_ns", "bytes"]].tolist() == [2, 40 + 40, 32]
+    # The python slice inside aten::addmm is not an op: its time and allocation are addmm's.
+    assert table.loc["aten::addmm", ["cpu_ns", "bytes"]].tolist() == [60, 128]
+    assert list(table.index) == ["MatMul", "aten::linear", "aten::addmm"]
+    # top() groups by the same type.
+    grouped = top(run, group_by=GroupKey.TYPE).set_index("name")
+    assert grouped.loc["MatMul", "calls"] == 2 and grouped.loc["aten::linear", "total_ns"] == 140
+
+
+def test_one_rank_of_two(two_rank_run: Path) -> None:
+    run = dlprof.load(two_rank_run)
+    both, first = op_view(run).set_index("name"), op_view(run, rank=0).set_index("name")
+    for column in ("occurrence", "total_ns", "device_ns", "cpu_ns"):
+        assert (both[column] == 2 * first.loc[both.index, column]).all()
