@@ -1,0 +1,289 @@
+"""tfprof's scope and code views: op time attributed to a hierarchy, with self and total per node.
+
+    tree = scope_tree(dlprof.load("dlprof-runs/20261122-101500-train"))
+    tree[["depth", "name", "total_ns", "self_ns", "total_pct"]]
+
+As in tfprof, a node's time is the execution time of the ops under it (an op's CPU time less the
+ops nested in it, plus the device time of what it launched: ``exec_ns`` of
+:func:`dlprof.analysis.tfprof.op_costs`), so the root's total is the op view's total and nothing is
+counted twice. A node's self time is that of the ops directly in it, not in a child node; the
+root's self time is that of ops outside any scope or Python frame.
+
+- Scope view (:func:`scope_tree`): an op's name scope (``sequential/dense_1``), where the source
+  records one (TensorFlow). Otherwise, for PyTorch, the ``nn.Module`` calls around the op: the
+  layer slices of the layers collector (the outermost one named with its pass, ``Net forward``,
+  the ones inside by attribute and class, ``0 (Conv2d)``), and Kineto's own module frames
+  (``nn.Module: Conv2d_0``) recorded with Python stacks.
+- Code view (:func:`code_tree`): the Python frames around the op (slices of kind ``python``, from
+  PyTorch's ``with_stack`` or TensorFlow's Python tracer), each shown as ``file:line:function``,
+  the line being where the function starts. Calls of the same function from different callers
+  are different nodes, as in a call tree. Under ``dlprof run`` the tree starts at the program's
+  ``<module>``, without the frames of dlprof's own launcher above it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dlprof.analysis.ancestors import NONE, nearest_ancestor_positions
+from dlprof.analysis.tfprof import op_costs, rank_slices
+from dlprof.keys import Kind, TreeView
+from dlprof.store.reader import Run
+
+# The columns of a tree, one row per node in depth-first order, children by total time.
+TREE_COLUMNS = ["node", "parent", "depth", "name", "path", "ops", "total_ns", "self_ns",
+                "total_pct", "self_pct"]
+ROOT = "(all ops)"
+# How a node's path joins the names from the root down: scopes as they are written; Python
+# frames as folded stacks (the flame-graph format), since file paths hold slashes.
+PATH_SEPARATOR = {TreeView.SCOPE: "/", TreeView.CODE: ";"}
+
+_LAYER = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\) (?P<pass>forward|backward)$")
+KINETO_MODULE_PREFIX = "nn.Module: "
+# Frame names as sources write them: Kineto ``file.py(12): fn``, TensorFlow ``$file.py:12 fn``.
+_FRAME_FORMATS = (
+    re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$"),
+    re.compile(r"^\$(?P<file>[^\s:]+):(?P<line>\d+) (?P<function>.+)$"),
+)
+# Built-in calls name the object they are bound to by address; one node per method, not object.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# Under `dlprof run`, the frames above the program are dlprof's (its command line, the runner,
+# runpy): the code view starts at the program's own ``<module>`` frames below the runner's.
+_RUNNER_FRAME = re.compile(r"(^|/)dlprof/runner\.py:\d+:run_target$")
+_MODULE_FRAME = ":<module>"
+
+
+def frame_label(name: str) -> str:
+    """A Python frame's name as ``file:line:function`` (built-ins without their object's address).
+
+    Args:
+        name: the slice's name, as Kineto (``torch/nn/modules/conv.py(546): _conv_forward``) or
+            TensorFlow's Python tracer (``$conv.py:546 _conv_forward``) wrote it.
+
+    Returns:
+        ``torch/nn/modules/conv.py:546:_conv_forward``; other names (``<built-in method conv2d
+        of type object at 0x7f...>``) with any ``at 0x...`` address removed.
+    """
+    for pattern in _FRAME_FORMATS:
+        match = pattern.match(name)
+        if match:
+            return f"{match['file']}:{match['line']}:{match['function']}"
+    return _ADDRESS.sub("", name).removeprefix("$")
+
+
+def layer_label(name: str, outermost: bool) -> str:
+    """A module's node name: ``0 (Conv2d)`` from the layer slice ``features.0 (Conv2d) forward``;
+    the outermost module keeps its pass (``Net forward``), which splits forward from backward."""
+    if name.startswith(KINETO_MODULE_PREFIX):
+        return name.removeprefix(KINETO_MODULE_PREFIX)
+    match = _LAYER.match(name)
+    if match is None:
+        return name
+    path, cls = match["path"], match["cls"]
+    if outermost:
+        return f"{path} {match['pass']}" if path == cls else f"{path} ({cls}) {match['pass']}"
+    return f"{path.rsplit('.', 1)[-1]} ({cls})"
+
+
+class _Nodes:
+    """The nodes of a tree, interned by (parent node, name); node 0 is the root."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = [NONE]
+        self.name: list[str] = [ROOT]
+        self._index: dict[tuple[int, str], int] = {}
+
+    def intern(self, parent: int, name: str) -> int:
+        key = (parent, name)
+        node = self._index.get(key)
+        if node is None:
+            node = self._index[key] = len(self.name)
+            self.parent.append(parent)
+            self.name.append(name)
+        return node
+
+    def of_path(self, components: list[str]) -> int:
+        node = 0
+        for component in components:
+            node = self.intern(node, component)
+        return node
+
+    def skip_runner(self) -> None:
+        """Hang the program's ``<module>`` frames that dlprof's runner ran from the root."""
+        below: dict[int, list[int]] = {}
+        for node, parent in enumerate(self.parent):
+            below.setdefault(parent, []).append(node)
+        for runner in [n for n, name in enumerate(self.name) if _RUNNER_FRAME.search(name)]:
+            pending = list(below.get(runner, []))
+            while pending:
+                node = pending.pop()
+                if self.name[node].endswith(_MODULE_FRAME):
+                    self.parent[node] = 0  # a parent still comes before its children
+                else:
+                    pending.extend(below.get(node, []))
+
+
+def _frame_nodes(slices: pd.DataFrame, is_frame: npt.NDArray[np.bool_], nodes: _Nodes,
+                 label: Callable[[str, bool], str]) -> npt.NDArray[np.int64]:
+    """The node of every slice in the tree its enclosing frames make (0: inside no frame).
+
+    A frame's node is (its enclosing frame's node, its label); frames are taken level by level,
+    each level after the one around it, so each step is a few vectorised operations however many
+    frames there are.
+    """
+    rows = len(slices)
+    node_of = np.zeros(rows, dtype=np.int64)
+    if not is_frame.any():
+        return node_of
+    enclosing = nearest_ancestor_positions(slices, is_frame)
+    frames = np.flatnonzero(is_frame)
+    names = slices["name"].astype(str).to_numpy()
+    depth = slices["depth"].to_numpy(dtype=np.int64)
+    for level in np.unique(depth[frames]):
+        here = frames[depth[frames] == level]
+        around = enclosing[here]
+        pairs = pd.DataFrame({
+            "parent": np.where(around == NONE, 0, node_of[np.maximum(around, 0)]),
+            "name": names[here],
+        })
+        distinct = pairs.drop_duplicates()
+        distinct = distinct.assign(node=[
+            nodes.intern(parent, label(name, parent == 0))
+            for parent, name in zip(distinct["parent"], distinct["name"], strict=True)
+        ])
+        node_of[here] = pairs.merge(distinct, on=["parent", "name"], how="left")["node"].to_numpy()
+    inside = enclosing != NONE
+    node_of[~is_frame & inside] = node_of[enclosing[~is_frame & inside]]
+    return node_of
+
+
+def scope_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
+               min_percent: float = 0.0) -> pd.DataFrame:
+    """tfprof's scope view: op time per name scope (TensorFlow) or module path (PyTorch).
+
+    Args:
+        run: the run.
+        rank: only this rank's ops (None: every rank).
+        max_depth: show nodes down to this depth (the root is depth 0; None: all).
+        min_percent: hide nodes whose total is below this share of the root's (and all below
+            them).
+
+    Returns:
+        :data:`TREE_COLUMNS`, one row per node (see :func:`tree_frame`).
+    """
+    slices = rank_slices(run, rank)
+    kinds, names = slices["kind"].astype(str), slices["name"].astype(str)
+    is_module = ((kinds == Kind.MODULE)
+                 | ((kinds == Kind.PYTHON) & names.str.startswith(KINETO_MODULE_PREFIX))).to_numpy()
+    nodes = _Nodes()
+    node_of = _frame_nodes(slices, is_module, nodes, layer_label)
+    # A recorded scope (TensorFlow) wins over module slices around the op.
+    codes, scopes = pd.factorize(slices["scope"].astype(object))
+    scope_nodes = np.array([nodes.of_path([s for s in str(scope).split("/") if s]) for scope in scopes],
+                           dtype=np.int64)
+    node_of[codes != NONE] = scope_nodes[codes[codes != NONE]]
+    return _attribute_ops(run, rank, slices, node_of, nodes, TreeView.SCOPE, max_depth, min_percent)
+
+
+def code_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
+              min_percent: float = 0.0) -> pd.DataFrame:
+    """tfprof's code view: op time per Python call path, frames shown as ``file:line:function``.
+
+    Args:
+        run: the run (recorded with Python stacks: ``dlprof run --with-stack``).
+        rank: only this rank's ops (None: every rank).
+        max_depth: show nodes down to this depth (the root is depth 0; None: all).
+        min_percent: hide nodes whose total is below this share of the root's.
+
+    Returns:
+        :data:`TREE_COLUMNS`, one row per node (see :func:`tree_frame`).
+    """
+    slices = rank_slices(run, rank)
+    is_frame = (slices["kind"] == Kind.PYTHON).to_numpy()
+    nodes = _Nodes()
+    node_of = _frame_nodes(slices, is_frame, nodes, lambda name, _outermost: frame_label(name))
+    nodes.skip_runner()
+    return _attribute_ops(run, rank, slices, node_of, nodes, TreeView.CODE, max_depth, min_percent)
+
+
+def tree(run: Run, view: TreeView, rank: int | None = None, max_depth: int | None = None,
+         min_percent: float = 0.0) -> pd.DataFrame:
+    """The scope or the code tree (see :func:`scope_tree` and :func:`code_tree`)."""
+    build = scope_tree if view is TreeView.SCOPE else code_tree
+    return build(run, rank=rank, max_depth=max_depth, min_percent=min_percent)
+
+
+def _attribute_ops(run: Run, rank: int | None, slices: pd.DataFrame, node_of: npt.NDArray[np.int64],
+                   nodes: _Nodes, view: TreeView, max_depth: int | None,
+                   min_percent: float) -> pd.DataFrame:
+    """Sum each op's execution time onto its node, then build the tree's frame."""
+    costs = op_costs(run, rank).set_index("id")
+    is_op = (slices["kind"] == Kind.OP).to_numpy()
+    op_ids = slices["id"].to_numpy(dtype=np.int64)[is_op]
+    exec_ns = costs["exec_ns"].reindex(op_ids).fillna(0).to_numpy(dtype=np.float64)
+    count = len(nodes.name)
+    self_ns = np.bincount(node_of[is_op], weights=exec_ns, minlength=count).round().astype(np.int64)
+    self_ops = np.bincount(node_of[is_op], minlength=count).astype(np.int64)
+    return tree_frame(nodes.parent, nodes.name, self_ns, self_ops, PATH_SEPARATOR[view],
+                      max_depth, min_percent)
+
+
+def tree_frame(parents: list[int], names: list[str], self_ns: npt.NDArray[np.int64],
+               self_ops: npt.NDArray[np.int64], separator: str, max_depth: int | None = None,
+               min_percent: float = 0.0) -> pd.DataFrame:
+    """A tree as a frame: totals rolled up from self times, nodes depth-first.
+
+    Args:
+        parents: each node's parent (node 0, the root, has none); a parent comes before its
+            children.
+        names: each node's name.
+        self_ns: each node's own time.
+        self_ops: how many ops each node holds directly.
+        separator: what joins names into a node's ``path``.
+        max_depth: the deepest level shown (root: 0; None: all).
+        min_percent: nodes whose total is below this share of the root's are left out, with
+            everything below them.
+
+    Returns:
+        :data:`TREE_COLUMNS`: ``node`` numbers rows 0.. in the order shown, ``parent`` is the
+        parent's ``node`` (-1 for the root), ``ops`` counts the ops in the subtree; nodes without
+        any op under them are left out. Children follow their parent, largest total first.
+    """
+    count = len(names)
+    parent = np.asarray(parents, dtype=np.int64)
+    total_ns = np.asarray(self_ns, dtype=np.int64).copy()
+    total_ops = np.asarray(self_ops, dtype=np.int64).copy()
+    depth = np.zeros(count, dtype=np.int64)
+    for node in range(1, count):  # parents come first, so their depth is known
+        depth[node] = depth[parent[node]] + 1
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        at = np.flatnonzero(depth == level)
+        np.add.at(total_ns, parent[at], total_ns[at])
+        np.add.at(total_ops, parent[at], total_ops[at])
+    whole = total_ns[0]
+    children: dict[int, list[int]] = {}
+    for node in range(1, count):
+        if total_ops[node]:
+            children.setdefault(int(parent[node]), []).append(node)
+    rows: list[tuple[int, int, int, str, str, int, int, int]] = []
+    stack: list[tuple[int, int, str]] = [(0, NONE, "")]
+    while stack:
+        node, shown_parent, parent_path = stack.pop()
+        if node and whole and 100.0 * total_ns[node] / whole < min_percent:
+            continue
+        path = f"{parent_path}{separator}{names[node]}" if parent_path else names[node] if node else ""
+        row = len(rows)
+        rows.append((row, shown_parent, int(depth[node]), names[node], path, int(total_ops[node]),
+                     int(total_ns[node]), int(self_ns[node])))
+        if max_depth is None or depth[node] < max_depth:
+            below = sorted(children.get(node, []), key=lambda c: (-total_ns[c], names[c]))
+            stack.extend((child, row, path) for child in reversed(below))
+    frame = pd.DataFrame(rows, columns=TREE_COLUMNS[:-2])
+    frame["total_pct"] = 100.0 * frame["total_ns"] / whole if whole else 0.0
+    frame["self_pct"] = 100.0 * frame["self_ns"] / whole if whole else 0.0
+    return frame
