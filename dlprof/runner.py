@@ -85,17 +85,21 @@ def run_target(
     error: BaseException | None = None
     exit_code = 0
     signum: int | None = None
+    # The program's globals are kept until the session has stopped: torch's Python tracer names
+    # frames (with_stack) from code objects it holds no reference to, so the functions of a
+    # program torn down before then would be named "unknown", or worse.
+    program_globals: dict[str, object] = {}
     session.start()
     try:
         if target.is_module:
             sys.argv = [target.name, *target.args]
             sys.path[0] = os.getcwd()
-            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            program_globals = runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         else:
             script = os.path.abspath(target.name)
             sys.argv = [target.name, *target.args]
             sys.path[0] = os.path.dirname(os.path.realpath(script))
-            runpy.run_path(target.name, run_name="__main__")
+            program_globals = runpy.run_path(target.name, run_name="__main__")
     except SystemExit as exit_request:
         exit_code = _exit_code(exit_request)
         error = exit_request if exit_code else None
@@ -114,6 +118,7 @@ def run_target(
         if saved_path0 is not None:
             sys.path[0] = saved_path0
         manifest = session.stop(error, exit_code, report)
+        program_globals.clear()
     return Outcome(exit_code, manifest, session.run_dir, signum)
 
 

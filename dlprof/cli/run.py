@@ -36,6 +36,7 @@ Examples:
   dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
   dlprof run -m mypkg.train --lr 0.1
   dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
+  dlprof run --with-stack train.py             # Python stacks of ops, for dlprof tree --view code
   dlprof run --nproc 2 ddp_train.py            # two ranks (torchrun), one run directory
   torchrun --nproc-per-node 2 -m dlprof run ddp_train.py   # the same, started by torchrun
 
@@ -156,12 +157,14 @@ def _collectors(text: str) -> tuple[str, ...]:
               help="CPU counters per step and region (see dlprof counters); adds the counters collector.")
 @click.option("--counter-scope", type=click.Choice(["thread", "process"]), default="thread",
               show_default=True, help="Count the thread that starts profiling, or every thread.")
+@click.option("--with-stack", is_flag=True,
+              help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(out: str | None, module: str | None, collectors: str, schedule: str | None,
             no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
-            nproc: int | None, target_and_args: tuple[str, ...]) -> int:
+            with_stack: bool, nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     if module:
         target = Target(module, is_module=True, args=target_and_args)
     elif target_and_args:
@@ -172,6 +175,8 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
     counter_names = _counters(counters)
     if counter_names and "counters" not in chosen:
         chosen = (*chosen, "counters")
+    if with_stack and "torch" not in chosen:
+        raise UsageError("--with-stack: Python stacks come from the torch collector; add it to --collectors")
     try:
         parsed_schedule = Schedule.parse(schedule) if schedule else None
         target.check()
@@ -190,6 +195,7 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         auto_steps=not no_auto_steps,
         counters=counter_names,
         counter_scope=counter_scope,
+        with_stack=with_stack,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
     with _SavingStatus() as saving:
