@@ -54,6 +54,15 @@ def open_run(path: str | None) -> Run:
     return load(Path(path))
 
 
+def check_rank(run: Run, rank: int | None) -> None:
+    """Fail with one line naming the run's ranks when ``rank`` (if given) is not one of them."""
+    if rank is None:
+        return
+    ranks = sorted({int(r) for r in run.slices["rank"].unique()})
+    if rank not in ranks:
+        raise UsageError(f"{run.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks)) or 'none'}")
+
+
 run_argument = click.argument("run", required=False, metavar="[RUN]")
 
 ROW_COLUMNS = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

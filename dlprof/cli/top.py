@@ -7,10 +7,12 @@ from enum import StrEnum
 import click
 
 from dlprof.analysis.aggregate import kinds_present, top
-from dlprof.cli.common import UsageError, open_run, run_argument
-from dlprof.keys import GroupKey, SortKey, TableFormat
+from dlprof.analysis.tfprof import op_view
+from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
+from dlprof.viewers.tfprof_text import write_op_view
 
 HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
 
@@ -22,6 +24,7 @@ Examples:
   dlprof top --kind module --by self     # layers by self time
   dlprof top --group-by shape --limit 30 # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
+  dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
   dlprof top RUN --format json           # for scripts
 """
 
@@ -37,7 +40,8 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @click.option("--kind", default="op", show_default=True,
               help="Kind of slice: op, module, region, step, kernel, ... (any kind in the run).")
 @click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME.value,
-              show_default=True, help="One row per name, per name and input shapes, or (device work) per launching op.")
+              show_default=True, help="One row per name, per name and input shapes, (device work) per launching op, or per "
+                   "op type (tfprof's op view).")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
               help="Rows to show (0: all).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
@@ -69,6 +73,9 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
     ranks = sorted(int(r) for r in loaded.slices["rank"].unique())
     if rank is not None and rank not in ranks:
         raise UsageError(f"{loaded.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks))}")
+    if group_by is GroupKey.TYPE:
+        _print_op_view(loaded, kind, by, limit, rank, fmt)
+        return
     try:
         table = top(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
                     per_rank=per_rank)
@@ -76,3 +83,18 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         raise UsageError(str(error)) from None
     title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"
     write_table(table, title, fmt)
+
+
+def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,
+                   fmt: TableFormat) -> None:
+    """tfprof's op view: requested bytes, total, accelerator and CPU time, occurrence per op type."""
+    if kind != Kind.OP:
+        raise UsageError(f"--group-by type is tfprof's op view, of ops: drop --kind {kind}")
+    check_rank(loaded, rank)
+    try:
+        table = op_view(loaded, by=by, limit=limit or None, rank=rank)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    title = (f"{loaded.path.name}: op view by {by}, value (this row and below %, own %) "
+             f"({loaded.status})")
+    write_op_view(table, title, fmt)

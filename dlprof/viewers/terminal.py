@@ -99,9 +99,10 @@ def _collapse(text: str, opening: str, closing: str) -> str:
     return "".join(out)
 
 
-def format_column(name: str, values: pd.Series) -> tuple[str, list[str]]:
-    """A column's header and its cells as text, in one unit per column."""
-    header = _HEADERS.get(name, name)
+def format_column(name: str, values: pd.Series, header: str | None = None) -> tuple[str, list[str]]:
+    """A column's header (``header`` or the column's usual one, with its unit) and its cells as
+    text, in one unit per column."""
+    header = header or _HEADERS.get(name, name)
     if name.endswith("_ns"):
         scale, unit = _time_unit(values)
         return f"{header} ({unit})", [f"{v / scale:,.3f}" for v in values]

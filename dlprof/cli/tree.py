@@ -1,0 +1,75 @@
+"""``dlprof tree``: tfprof's scope and code views, op time down a hierarchy of scopes or frames."""
+
+from __future__ import annotations
+
+import click
+
+from dlprof.analysis.trees import tree
+from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.keys import Kind, TableFormat, TreeView
+from dlprof.store.reader import Run
+from dlprof.viewers.tfprof_text import write_tree
+
+HELP = """Show where op time goes down a tree: name scopes or layers (--view scope), or the
+Python code that ran the ops (--view code), with each node's total and self time.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+A node's time is the execution time of the ops under it (an op's CPU time less the ops nested
+in it, plus the device time of what it launched), as tfprof counts it; self time is that of the
+ops directly in the node. The scope view uses TensorFlow's name scopes, or PyTorch's module
+paths (layer slices of the layers collector). The code view needs Python stacks: record them
+with `dlprof run --with-stack` (PyTorch) or TensorFlow's Python tracer.
+
+\b
+Examples:
+  dlprof tree                               # scopes or layers of the newest run
+  dlprof tree RUN --view code --depth 12    # the Python call paths of the ops
+  dlprof tree --min-percent 5               # only nodes with 5% of the time or more
+  dlprof tree RUN --rank 1 --format json    # one rank, for scripts (node/parent numbers)
+"""
+
+
+@click.command("tree", help=HELP)
+@run_argument
+@click.option("--view", type=click.Choice([str(v) for v in TreeView], case_sensitive=False),
+              default=str(TreeView.SCOPE), show_default=True,
+              help="scope: name scopes or module paths; code: Python file:line:function.")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Levels to show below the root (default: all).")
+@click.option("--min-percent", "min_percent", type=click.FloatRange(0, 100), default=1.0,
+              show_default=True, help="Hide nodes with less of the total time (and what is below them).")
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
+              default=str(TableFormat.TABLE), show_default=True,
+              help="A drawn tree for a person, CSV or JSON rows for a script.")
+def command(run: str | None, view: str, depth: int | None, min_percent: float, rank: int | None,
+            fmt: str) -> int:
+    loaded = open_run(run)
+    print_tree(loaded, TreeView(view), depth, min_percent, rank, TableFormat(fmt))
+    return 0
+
+
+def print_tree(loaded: Run, view: TreeView, depth: int | None = None, min_percent: float = 1.0,
+               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
+    """Print a run's scope or code tree, or fail with one line saying what the run lacks."""
+    check_rank(loaded, rank)
+    slices = loaded.slices if rank is None else loaded.slices[loaded.slices["rank"] == rank]
+    where = f" on rank {rank}" if rank is not None else ""
+    kinds = slices["kind"].astype(str)
+    if not (kinds == Kind.OP).any():
+        raise UsageError(f"{loaded.path}: no ops{where} to attribute ({loaded.status})")
+    if view is TreeView.CODE and not (kinds == Kind.PYTHON).any():
+        raise UsageError(
+            f"{loaded.path}: no Python stacks{where}; record them with dlprof run --with-stack "
+            "(PyTorch) or TensorFlow's Python tracer"
+        )
+    table = tree(loaded, view, rank=rank, max_depth=depth, min_percent=min_percent)
+    root = table.iloc[0]
+    if view is TreeView.SCOPE and len(table) == 1 and root["self_ns"] == root["total_ns"]:
+        raise UsageError(
+            f"{loaded.path}: no name scopes or module slices around the ops{where}; for PyTorch, "
+            "profile with the layers collector (dlprof run --collectors torch,layers)"
+        )
+    title = f"{loaded.path.name}: {view} view, op time per node ({loaded.status})"
+    write_tree(table, title, fmt)
