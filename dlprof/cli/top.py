@@ -8,7 +8,7 @@ import click
 
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.tfprof import op_view
-from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.cli.common import UsageError, open_run, run_argument
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -90,7 +90,6 @@ def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | 
     """tfprof's op view: requested bytes, total, accelerator and CPU time, occurrence per op type."""
     if kind != Kind.OP:
         raise UsageError(f"--group-by type is tfprof's op view, of ops: drop --kind {kind}")
-    check_rank(loaded, rank)
     try:
         table = op_view(loaded, by=by, limit=limit or None, rank=rank)
     except ValueError as error:
