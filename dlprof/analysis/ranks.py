@@ -1,0 +1,389 @@
+"""The ranks of a distributed run side by side: where each one's step time goes (compute,
+communication, idle), how much of its communication computation hides, and which ranks hold the
+others back, in the spirit of Holistic Trace Analysis's comm/comp overlap and straggler analyses.
+
+    run = dlprof.load("dlprof-runs/20261122-101500-ddp")
+    rank_summary(run)[["rank", "step_median_ns", "comm_pct", "overlap_pct", "straggler_steps"]]
+    stragglers(run, threshold_pct=5.0)[["step", "rank", "step_lag_pct", "arrival_lag_pct"]]
+
+Definitions (nanoseconds throughout):
+
+- Communication is every slice of kind ``comm`` and every device kernel that is an NCCL or RCCL
+  collective (:func:`is_collective_kernel`).
+- A rank with device work (kernels, memcpy, memset) is measured on its GPUs, where the work runs:
+  communication is its collective kernels (the CPU's ``c10d::`` calls only enqueue them), compute
+  its other kernels, and memory its memcpy and memset. A rank without is measured on its CPU
+  threads: communication is its ``comm`` slices, compute the time of its ops (nested ones counted
+  once) outside any communication on the same thread.
+- Each is the length of a union of intervals, so work on several streams or threads counts once.
+  ``overlap_ns`` is communication time during which compute ran too; ``overlap_pct`` is its share
+  of the communication time, as HTA defines comm/comp overlap. ``memory_ns`` is what copies add to
+  compute and communication, ``idle_ns`` the rest of the window: compute + comm - overlap + memory
+  + idle = span.
+- Windows: on a CPU, a step's window is the step (``ProfilerStep#N``); on GPUs, its window as
+  :mod:`dlprof.analysis.gpu` defines it (from the step's start until its device work is done). A
+  rank without steps has one window, :data:`ALL`, over its whole span; a rank's summary adds up its
+  windows.
+- Steps are matched across ranks by their number, and collectives within a step by name and order:
+  the k-th top-level communication slice (or collective kernel) of a name in a step, by start.
+  A rank's arrival at a collective is that slice's start; its arrival lag is the start minus the
+  median start over the ranks that hold it, its step lag its step time (the CPU step's duration)
+  minus the median. Ranks' timestamps are compared as the run holds them: arrival lags are as
+  good as the alignment of the ranks' clocks.
+- A rank is a straggler in a step when either lag exceeds ``threshold_pct`` percent of the
+  step's median time over ranks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dlprof.analysis.gpu import ALL, Coverage, cpu_steps, device_work, gpu_breakdown
+from dlprof.keys import DEVICE_KINDS, Kind
+from dlprof.store.reader import Run
+
+DEFAULT_THRESHOLD_PCT = 10.0
+CPU = "cpu"  # measured_on of a rank measured on its CPU threads
+
+# NCCL's kernels (ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_AllGather_RING_LL,
+# ncclAllReduceRingLLKernel_sum_f32 before NCCL 2.5), which RCCL keeps on AMD GPUs.
+_COLLECTIVE_KERNEL = re.compile(r"(?:void )?[nr]ccl\w*Kernel")
+_STEP_NUMBER = re.compile(r"#\s*(\d+)\s*$")
+
+# The columns of rank_steps, in order.
+STEP_COLUMNS = [
+    "rank", "step", "step_number", "measured_on", "start_ns", "step_ns", "window_start_ns",
+    "span_ns", "compute_ns", "comm_ns", "overlap_ns", "memory_ns", "idle_ns",
+    "compute_pct", "comm_pct", "idle_pct", "overlap_pct", "collectives",
+    "median_step_ns", "step_lag_ns", "step_lag_pct", "arrival_lag_ns", "arrival_lag_pct",
+    "late_collective", "late_occurrence", "straggler",
+]
+# The columns of collective_arrivals, in order.
+ARRIVAL_COLUMNS = ["step", "step_number", "collective", "occurrence", "rank", "arrival_ns", "lag_ns"]
+# The columns of rank_summary, in order.
+SUMMARY_COLUMNS = [
+    "rank", "measured_on", "steps", "step_median_ns", "step_max_ns", "span_ns", "compute_ns",
+    "comm_ns", "overlap_ns", "memory_ns", "idle_ns", "compute_pct", "comm_pct", "idle_pct",
+    "overlap_pct", "collectives", "straggler_steps", "max_lag_pct",
+]
+_TIME_COLUMNS = ["span_ns", "compute_ns", "comm_ns", "overlap_ns", "memory_ns", "idle_ns"]
+
+
+def is_collective_kernel(name: str) -> bool:
+    """Whether a device kernel is an NCCL/RCCL collective (``ncclDevKernel_AllReduce_...``)."""
+    return _COLLECTIVE_KERNEL.match(name) is not None
+
+
+def communication_mask(slices: pd.DataFrame) -> pd.Series:
+    """Which slices are communication: kind ``comm``, or a collective kernel."""
+    kernels = slices["kind"] == Kind.KERNEL
+    collective = slices["name"].astype(str).str.match(_COLLECTIVE_KERNEL.pattern)
+    return (slices["kind"] == Kind.COMM) | (kernels & collective)
+
+
+@dataclass(frozen=True)
+class _Timeline:
+    """One rank's work as this analysis sees it, and its windows."""
+
+    rank: int
+    measured_on: str
+    windows: pd.DataFrame  # step, step_number, start_ns, step_ns, low, high; in time order
+    compute: Coverage
+    comm: Coverage
+    working: Coverage  # compute and communication
+    busy: Coverage  # and memory
+    arrivals: pd.DataFrame  # window (position in windows), collective, arrival_ns
+
+
+def _ends(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    starts = frame["start_ns"].to_numpy(dtype=np.int64)
+    return starts, starts + frame["dur_ns"].to_numpy(dtype=np.int64)
+
+
+def _coverage(frame: pd.DataFrame) -> Coverage:
+    return Coverage(*_ends(frame))
+
+
+def _without(keep: Coverage, cut: Coverage) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of ``keep``'s union outside ``cut``'s, as intervals."""
+    edges = np.unique(np.concatenate([keep.starts, keep.ends, cut.starts, cut.ends]))
+    low, high = edges[:-1], edges[1:]
+    # Between consecutive edges, each union covers either all of a piece or none of it.
+    outside = (keep.within(low, high) > 0) & (cut.within(low, high) == 0)
+    return low[outside], high[outside]
+
+
+def _outermost(comm: pd.DataFrame) -> pd.DataFrame:
+    """The communication slices not inside another on their thread (c10d::allreduce_, not the
+    record_param_comms and nccl:all_reduce within it)."""
+    ordered = comm.assign(end_ns=comm["start_ns"] + comm["dur_ns"]).sort_values(
+        ["pid", "tid", "start_ns", "dur_ns"], ascending=[True, True, True, False], kind="stable")
+    reach = ordered.groupby(["pid", "tid"])["end_ns"].cummax()
+    before = reach.groupby([ordered["pid"], ordered["tid"]]).shift(1)
+    return ordered[before.isna() | (ordered["start_ns"] >= before)]
+
+
+def _cpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame) -> _Timeline:
+    cpu = slices[slices["device"] == CPU]
+    comm = cpu[communication_mask(cpu)]
+    ops = cpu[cpu["kind"] == Kind.OP]
+    pieces = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    # Per thread: an op that waits in a collective it encloses is not computing meanwhile, while
+    # ops on another thread are, and overlap the collective.
+    for thread, thread_ops in ops.groupby(["pid", "tid"]):
+        mine = comm[(comm["pid"] == thread[0]) & (comm["tid"] == thread[1])]
+        low, high = _without(_coverage(thread_ops), _coverage(mine))
+        pieces[0].append(low)
+        pieces[1].append(high)
+    compute = Coverage(np.concatenate(pieces[0]), np.concatenate(pieces[1]))
+    if steps.empty:
+        windows = _one_window(*_ends(cpu)) if len(cpu) else _one_window(np.zeros(1, np.int64))
+    else:
+        windows = steps.assign(low=steps["start_ns"], high=steps["start_ns"] + steps["step_ns"])
+    outer = _outermost(comm)
+    return _timeline(rank, CPU, windows, compute, _coverage(comm), Coverage(np.zeros(0), np.zeros(0)),
+                     outer, _window_of_start(outer["start_ns"], windows))
+
+
+def _gpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame, gpus: pd.DataFrame,
+                  work: pd.DataFrame) -> _Timeline:
+    device = slices[slices["kind"].isin([str(k) for k in DEVICE_KINDS]) | (
+        (slices["kind"] == Kind.COMM) & (slices["device"] != CPU))]
+    is_comm = communication_mask(device)
+    comm = device[is_comm]
+    compute = device[~is_comm & (device["kind"] == Kind.KERNEL)]
+    memory = device[device["kind"].isin([Kind.MEMCPY, Kind.MEMSET])]
+    # Several GPUs of one rank: each step's window spans theirs.
+    per_step = gpus[gpus["step"] != ALL] if len(steps) else gpus[gpus["step"] == ALL]
+    position = per_step.groupby("device").cumcount()
+    spans = per_step.assign(position=position, end=per_step["start_ns"] + per_step["span_ns"])
+    bounds = spans.groupby("position").agg(low=("start_ns", "min"), high=("end", "max"))
+    if steps.empty:
+        windows = _one_window(bounds["low"].to_numpy(), bounds["high"].to_numpy())
+    else:
+        windows = steps.assign(low=bounds["low"].to_numpy(), high=bounds["high"].to_numpy())
+    # A collective kernel belongs to the step that launched it, as GPU windows are drawn.
+    owner = comm["id"].map(work.set_index("id")["step_index"])
+    window = owner if len(steps) else pd.Series(0, index=comm.index, dtype="Int64")
+    measured_on = ",".join(sorted(gpus["device"].unique()))
+    return _timeline(rank, measured_on, windows, _coverage(compute), _coverage(comm), _coverage(memory),
+                     comm, window)
+
+
+def _one_window(starts: np.ndarray, ends: np.ndarray | None = None) -> pd.DataFrame:
+    """The single window of a rank without steps: from its first start to its last end."""
+    low, high = int(starts.min()), int((starts if ends is None else ends).max())
+    return pd.DataFrame({"step": [ALL], "step_number": pd.array([pd.NA], dtype="Int64"),
+                         "start_ns": [low], "step_ns": [high - low], "low": [low], "high": [high]})
+
+
+def _window_of_start(starts: pd.Series, windows: pd.DataFrame) -> pd.Series:
+    """The position of the window each start lies in, or missing."""
+    lows, highs = windows["low"].to_numpy(), windows["high"].to_numpy()
+    times = starts.to_numpy(dtype=np.int64)
+    index = np.searchsorted(lows, times, side="right") - 1
+    inside = (index >= 0) & (times < highs[np.maximum(index, 0)])
+    return pd.Series(np.where(inside, index, -1), index=starts.index, dtype="Int64").mask(lambda s: s < 0)
+
+
+def _timeline(rank: int, measured_on: str, windows: pd.DataFrame, compute: Coverage, comm: Coverage,
+              memory: Coverage, arriving: pd.DataFrame, window: pd.Series) -> _Timeline:
+    starts = [compute.starts, comm.starts]
+    ends = [compute.ends, comm.ends]
+    working = Coverage(np.concatenate(starts), np.concatenate(ends))
+    busy = Coverage(np.concatenate([*starts, memory.starts]), np.concatenate([*ends, memory.ends]))
+    arrivals = pd.DataFrame({"window": window, "collective": arriving["name"].astype(str),
+                             "arrival_ns": arriving["start_ns"].astype("int64")}).dropna(subset=["window"])
+    return _Timeline(rank, measured_on, windows.reset_index(drop=True), compute, comm, working, busy,
+                     arrivals.sort_values("arrival_ns", kind="stable"))
+
+
+def _timelines(run: Run) -> list[_Timeline]:
+    slices = run.slices
+    all_steps = cpu_steps(run)
+    numbers = all_steps["name"].str.extract(_STEP_NUMBER, expand=False)
+    all_steps = all_steps.assign(step=all_steps["name"], step_number=pd.to_numeric(numbers).astype("Int64"),
+                                 step_ns=all_steps["end_ns"] - all_steps["start_ns"])
+    on_device = slices["kind"].isin([str(k) for k in DEVICE_KINDS])
+    gpus = gpu_breakdown(run) if on_device.any() else pd.DataFrame(columns=["rank"])
+    work = device_work(run) if on_device.any() else pd.DataFrame(columns=["id", "step_index"])
+    timelines = []
+    for rank in sorted(int(r) for r in slices["rank"].unique()):
+        mine = slices[slices["rank"] == rank]
+        steps = all_steps.loc[all_steps["rank"] == rank, ["step", "step_number", "start_ns", "step_ns"]]
+        steps = steps.reset_index(drop=True)
+        rank_gpus = gpus[gpus["rank"] == rank]
+        if len(rank_gpus):
+            timelines.append(_gpu_timeline(rank, mine, steps, rank_gpus, work))
+        else:
+            timelines.append(_cpu_timeline(rank, mine, steps))
+    return timelines
+
+
+def _shares(frame: pd.DataFrame) -> pd.DataFrame:
+    """The percentages of a frame of times: of the span, and overlap of the communication."""
+    span = frame["span_ns"].where(frame["span_ns"] > 0)
+    comm = frame["comm_ns"].where(frame["comm_ns"] > 0)
+    return frame.assign(
+        compute_pct=(100.0 * frame["compute_ns"] / span).fillna(0.0),
+        comm_pct=(100.0 * frame["comm_ns"] / span).fillna(0.0),
+        idle_pct=(100.0 * frame["idle_ns"] / span).fillna(0.0),
+        # Missing without communication: nothing to overlap.
+        overlap_pct=(100.0 * frame["overlap_ns"] / comm).astype("float64"),
+    )
+
+
+def _step_rows(timeline: _Timeline) -> pd.DataFrame:
+    windows = timeline.windows
+    low, high = windows["low"].to_numpy(), windows["high"].to_numpy()
+    compute, comm = timeline.compute.within(low, high), timeline.comm.within(low, high)
+    working, busy = timeline.working.within(low, high), timeline.busy.within(low, high)
+    counts = timeline.arrivals.groupby("window").size()
+    rows = pd.DataFrame({
+        "rank": timeline.rank, "step": windows["step"], "step_number": windows["step_number"],
+        "measured_on": timeline.measured_on, "start_ns": windows["start_ns"], "step_ns": windows["step_ns"],
+        "window_start_ns": low, "span_ns": high - low, "compute_ns": compute, "comm_ns": comm,
+        "overlap_ns": compute + comm - working, "memory_ns": busy - working, "idle_ns": high - low - busy,
+        "collectives": [int(counts.get(i, 0)) for i in range(len(windows))],
+    })
+    return _shares(rows)
+
+
+def _match_key(frame: pd.DataFrame) -> pd.Series:
+    """What a step is matched across ranks by: its number, else its name."""
+    return frame["step_number"].astype("string").fillna(frame["step"].astype("string"))
+
+
+def _from_median(values: pd.Series, keys: list[pd.Series]) -> pd.Series:
+    """Each value minus the median of its group, exact for epoch nanoseconds."""
+    # Epoch nanoseconds pass 2**53: a float median of them would be off by hundreds of ns.
+    offsets = values - values.groupby(keys).transform("min")
+    return (offsets - offsets.groupby(keys).transform("median")).astype("float64")
+
+
+def _arrivals(timelines: list[_Timeline]) -> pd.DataFrame:
+    frames = []
+    for timeline in timelines:
+        arrivals = timeline.arrivals
+        windows = timeline.windows.iloc[arrivals["window"].astype("int64")]
+        frames.append(pd.DataFrame({
+            "step": windows["step"].to_numpy(), "step_number": windows["step_number"].to_numpy(),
+            "collective": arrivals["collective"].to_numpy(),
+            "occurrence": arrivals.groupby(["window", "collective"]).cumcount().to_numpy() + 1,
+            "rank": timeline.rank, "arrival_ns": arrivals["arrival_ns"].to_numpy(),
+        }))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ARRIVAL_COLUMNS[:-1])
+    table = table.assign(step_number=table["step_number"].astype("Int64"),
+                         arrival_ns=table["arrival_ns"].astype("int64"),
+                         occurrence=table["occurrence"].astype("int64"))
+    table["lag_ns"] = _from_median(table["arrival_ns"], [_match_key(table), table["collective"],
+                                                         table["occurrence"]])
+    return table.sort_values(["step_number", "step", "arrival_ns"], kind="stable").reset_index(drop=True)[
+        ARRIVAL_COLUMNS]
+
+
+def collective_arrivals(run: Run) -> pd.DataFrame:
+    """Each rank's arrival at each collective of each step, against the other ranks'.
+
+    Args:
+        run: the run.
+
+    Returns:
+        :data:`ARRIVAL_COLUMNS`, one row per (step, collective, occurrence, rank) by step and time;
+        ``occurrence`` counts from 1 within the rank's step; ``lag_ns`` is the arrival minus the
+        median arrival over the ranks holding the same step, collective and occurrence.
+    """
+    return _arrivals(_timelines(run))
+
+
+def _lags(steps: pd.DataFrame, arrivals: pd.DataFrame, threshold_pct: float) -> pd.DataFrame:
+    """The steps with how far each rank lags the others in them (see rank_steps)."""
+    key = _match_key(steps)
+    median = steps.groupby(key)["step_ns"].transform("median")
+    table = steps.assign(median_step_ns=median, step_lag_ns=steps["step_ns"] - median, key=key)
+    worst = arrivals.loc[arrivals.groupby([_match_key(arrivals), "rank"])["lag_ns"].idxmax()]
+    worst = worst.assign(key=_match_key(worst)).rename(columns={
+        "lag_ns": "arrival_lag_ns", "collective": "late_collective", "occurrence": "late_occurrence"})
+    columns = ["key", "rank", "arrival_lag_ns", "late_collective", "late_occurrence"]
+    table = table.merge(worst[columns], on=["key", "rank"], how="left")
+    scale = table["median_step_ns"].where(table["median_step_ns"] > 0)
+    table["step_lag_pct"] = (100.0 * table["step_lag_ns"] / scale).astype("float64")
+    table["arrival_lag_pct"] = (100.0 * table["arrival_lag_ns"] / scale).astype("float64")
+    table["late_occurrence"] = table["late_occurrence"].astype("Int64")
+    late = (table["step_lag_pct"] > threshold_pct) | (table["arrival_lag_pct"] > threshold_pct)
+    table["straggler"] = late.fillna(False).astype(bool)
+    return table[STEP_COLUMNS]
+
+
+def rank_steps(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.DataFrame:
+    """Each rank's time per step (compute, communication, their overlap, memory, idle) and how
+    far it lags the other ranks in that step.
+
+    Args:
+        run: the run.
+        threshold_pct: a rank whose step lag or worst arrival lag exceeds this percentage of the
+            step's median time over ranks is a straggler in that step.
+
+    Returns:
+        :data:`STEP_COLUMNS`, one row per (rank, step) in time order, or one row :data:`ALL` for
+        a rank without steps. ``measured_on`` is ``cpu`` or the rank's GPUs; ``step_ns`` is the
+        CPU step's duration, ``span_ns`` the window measured; ``collectives`` counts the step's
+        arrivals (see :func:`collective_arrivals`); ``overlap_pct`` is missing where the step
+        communicates nothing. ``arrival_lag_ns`` is the rank's largest lag over the step's
+        collectives and ``late_collective``, ``late_occurrence`` name that collective; the three
+        are missing where the step has none. Lag percentages are of ``median_step_ns``.
+    """
+    timelines = _timelines(run)
+    frames = [_step_rows(t) for t in timelines]
+    if not frames:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    return _lags(pd.concat(frames, ignore_index=True), _arrivals(timelines), threshold_pct)
+
+
+def stragglers(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.DataFrame:
+    """The steps in which a rank lagged the others by more than ``threshold_pct``.
+
+    Args:
+        run: the run.
+        threshold_pct: as for :func:`rank_steps`.
+
+    Returns:
+        The :func:`rank_steps` rows whose ``straggler`` is true, by step (matched across ranks)
+        and rank.
+    """
+    steps = rank_steps(run, threshold_pct)
+    late = steps.loc[steps["straggler"].astype(bool)]
+    order = late["step_number"].astype("float64").fillna(-1.0)
+    return late.assign(order=order).sort_values(["order", "step", "rank"], kind="stable").drop(
+        columns="order").reset_index(drop=True)
+
+
+def rank_summary(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.DataFrame:
+    """One row per rank: its step times, its time split over its steps, and how often it lagged.
+
+    Args:
+        run: the run.
+        threshold_pct: as for :func:`rank_steps`.
+
+    Returns:
+        :data:`SUMMARY_COLUMNS`: the times add up the rank's :func:`rank_steps` rows (its steps,
+        or its whole span without steps), the percentages are recomputed from the sums;
+        ``straggler_steps`` counts the steps it was a straggler in, ``max_lag_pct`` is its largest
+        step or arrival lag in percent of a step's median time.
+    """
+    steps = rank_steps(run, threshold_pct)
+    grouped = steps.groupby("rank", sort=True)
+    table = grouped[[*_TIME_COLUMNS, "collectives"]].sum().reset_index()
+    table["measured_on"] = grouped["measured_on"].first().to_numpy()
+    real = steps[steps["step"] != ALL].groupby("rank")["step_ns"]
+    table["steps"] = table["rank"].map(real.size()).fillna(0).astype("int64")
+    table["step_median_ns"] = table["rank"].map(real.median()).astype("float64")
+    table["step_max_ns"] = table["rank"].map(real.max()).astype("Int64")
+    table["straggler_steps"] = grouped["straggler"].sum().to_numpy().astype("int64")
+    lags = steps[["step_lag_pct", "arrival_lag_pct"]].max(axis=1)
+    table["max_lag_pct"] = lags.groupby(steps["rank"]).max().to_numpy().astype("float64")
+    return _shares(table)[SUMMARY_COLUMNS]

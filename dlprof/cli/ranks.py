@@ -1,0 +1,111 @@
+"""``dlprof ranks``: the ranks of a distributed run side by side, and which of them lag."""
+
+from __future__ import annotations
+
+import click
+import pandas as pd
+
+from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, rank_summary, stragglers
+from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.keys import TableFormat
+from dlprof.store.reader import Run
+from dlprof.viewers.terminal import readable_columns, short_name, write_table
+
+HELP = f"""Compare the ranks of a distributed run: step times, compute against communication
+against idle time, how much communication computation hides, and stragglers.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+A rank with GPU work is measured on its GPUs (communication: NCCL/RCCL kernels; compute: the other
+kernels), a rank without on its CPU threads (communication: collectives such as c10d::allreduce_
+and gloo:all_reduce; compute: ops outside them). Overlap is the share of communication time during
+which compute ran. Steps (ProfilerStep#N) are matched across ranks by number, collectives within a
+step by name and order. A rank is a straggler in a step when its step time, or its arrival at one of
+the step's collectives, lags the median over ranks by more than --threshold percent of the step's
+median time (default {DEFAULT_THRESHOLD_PCT:g}).
+
+\b
+Examples:
+  dlprof ranks                          # the newest run: per-rank summary, then stragglers
+  dlprof ranks RUN --threshold 5        # flag lags over 5% of the median step time
+  dlprof ranks RUN --by-step            # one row per rank and step
+  dlprof ranks RUN --format json        # the summary, every column, for scripts
+  dlprof ranks RUN --by-step --format csv
+"""
+
+_STEP_TIMES = [("step_median_ns", "Step median"), ("step_max_ns", "Step max")]
+_SHARES = [("compute_pct", "Compute %"), ("comm_pct", "Comm %"), ("overlap_pct", "Overlap %"),
+           ("idle_pct", "Idle %")]
+_LAGS = [("step_lag_pct", "Step lag %"), ("arrival_lag_pct", "Arrival lag %")]
+
+
+@click.command("ranks", help=HELP)
+@run_argument
+@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD_PCT,
+              show_default=True, metavar="PCT",
+              help="Flag a rank lagging the median by more than this percent of the median step time.")
+@click.option("--by-step", is_flag=True, help="One row per rank and step instead of per rank.")
+@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
+              default=str(TableFormat.TABLE), show_default=True,
+              help="Tables for a person, or every column as CSV or JSON for a script.")
+def command(run: str | None, threshold: float, by_step: bool, fmt: str) -> int:
+    loaded = open_run(run)
+    print_ranks(loaded, threshold, by_step, TableFormat(fmt))
+    return 0
+
+
+def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: bool = False,
+                fmt: TableFormat = TableFormat.TABLE) -> None:
+    """Print a run's rank analysis, or fail with one line saying why there is none."""
+    if loaded.slices.empty:
+        raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
+    name = f"{loaded.path.name} ({loaded.status})"
+    if by_step:
+        steps = rank_steps(loaded, threshold)
+        if fmt is not TableFormat.TABLE:
+            write_table(steps, "", fmt)
+            return
+        title = f"{name}: per rank and step (lags against the median over ranks)"
+        write_table(_step_view(steps), title, fmt)
+        return
+    summary = rank_summary(loaded, threshold)
+    if fmt is not TableFormat.TABLE:
+        write_table(summary, "", fmt)
+        return
+    shown = readable_columns(summary, ["rank", "measured_on"], [
+        [("steps", "Steps")], _STEP_TIMES, _SHARES, [("collectives", "Collectives")],
+        [("straggler_steps", "Straggler steps")], [("max_lag_pct", "Max lag %")]])
+    write_table(shown.rename(columns={"Measured_on": "On"}), f"{name}: per rank (overlap: share of "
+                "communication hidden by compute)", fmt)
+    late = stragglers(loaded, threshold)
+    if late.empty:
+        counted = f"{_count(int(summary['steps'].max()), 'step')}, {_count(len(summary), 'rank')}"
+        print(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median step "
+              f"time ({counted}).")
+        return
+    write_table(_late_view(late), f"{name}: stragglers (lag over {threshold:g}% of the median step time)",
+                fmt)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _late_at(steps: pd.DataFrame) -> list[str]:
+    """The collective a rank arrived at latest, named for a person: ``nccl:all_reduce #2``."""
+    return ["-" if pd.isna(name) else f"{short_name(str(name), 60)} #{occurrence}"
+            for name, occurrence in zip(steps["late_collective"], steps["late_occurrence"], strict=True)]
+
+
+def _late_view(late: pd.DataFrame) -> pd.DataFrame:
+    shown = readable_columns(late, ["step", "rank"],
+                             [[("step_ns", "Step time"), ("median_step_ns", "Median")], _LAGS])
+    return shown.assign(**{"Latest arrival": _late_at(late)})
+
+
+def _step_view(steps: pd.DataFrame) -> pd.DataFrame:
+    keys = ["rank", "step"] if steps["measured_on"].nunique() == 1 else ["rank", "measured_on", "step"]
+    shown = readable_columns(steps, keys, [
+        [("step_ns", "Step time"), ("span_ns", "Window")], _SHARES, [("collectives", "Collectives")], _LAGS])
+    flags = ["yes" if flagged else "" for flagged in steps["straggler"]]
+    return shown.rename(columns={"Measured_on": "On"}).assign(Straggler=flags)
