@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dlprof.schedule import Schedule
 
-DEFAULT_COLLECTORS = ("torch", "layers", "host")
+DEFAULT_COLLECTORS = ("torch", "layers", "host", "dataloader")
 RUNS_DIR = Path("dlprof-runs")
 
 

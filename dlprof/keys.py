@@ -24,6 +24,7 @@ class Kind(StrEnum):
     COMM = "comm"
     PYTHON = "python"
     USER_ANNOTATION = "user_annotation"
+    DATALOADER = "dataloader"  # a DataLoader fetching one batch, in a worker or in the loop
 
 
 # Work that runs on an accelerator rather than on a CPU thread.
@@ -33,6 +34,7 @@ DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
 NESTING_ORDER: dict[str, int] = {
     Kind.STEP: 0,
     Kind.REGION: 1,
+    Kind.DATALOADER: 1,
     Kind.USER_ANNOTATION: 2,
     Kind.MODULE: 3,
     Kind.PYTHON: 4,

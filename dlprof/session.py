@@ -11,6 +11,7 @@ it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
+from dlprof.forks import ForkFollower
 from dlprof.keys import Kind, RunStatus
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
@@ -100,11 +102,13 @@ class Session:
         self._collectors: list[Collector] = []
         self._context: CollectorContext | None = None
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
+        self._sigterm_held = False
         self._started = False
         # Set by the counters collector at start; regions check it once per enter (None: no cost).
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
         self._counter_deltas: CounterDeltas | None = None
         self._step_counts: tuple[int, ...] = ()
+        self.forks = ForkFollower(self.slices, self.sink, on_child=self._drop_parent_state)
         self.manifest = Manifest(
             name=self.run_dir.name,
             command=list(config.command) or [sys.executable, *sys.argv],
@@ -148,9 +152,10 @@ class Session:
             devices=self.manifest.devices,
             action=self.action,
             record_counts=self._record_counts,
+            save_if_full=self.forks.save_if_full,
         )
         # The counters collector first: the others find its reader in the context at start.
-        for name in sorted(self.config.collectors, key=lambda name: name != "counters"):
+        for name in sorted(self._collector_names(), key=lambda name: name != "counters"):
             cls = collector_class(name)
             ok, reason = cls.available()
             info = CollectorInfo(name=name, version=cls.version(), active=ok)
@@ -165,6 +170,7 @@ class Session:
             info.active = collector.active
             self._collectors.append(collector)
         self._install_signal_handler()
+        self.forks.follow()
         if self._context.counter_reader is not None:
             self._counter_deltas = CounterDeltas(
                 self._context.counter_metrics, self._context.counter_scope
@@ -181,6 +187,8 @@ class Session:
         """Mark the end of one training step and the start of the next."""
         if self._context is None:
             raise RuntimeError("step() on a session that was not started (use it in a with block)")
+        if self.forks.in_child:
+            return  # steps are the parent's
         now = time.perf_counter_ns()
         previous = self.action
         if previous.records:
@@ -217,31 +225,38 @@ class Session:
             return self.manifest
         self._started = False
         _active = None
-        self._restore_signal_handler()
-        if self.action.records:
-            self._record_step(self._step_start, time.perf_counter_ns())
-        self.counter_reader = None
-        self.manifest.end_ns = time.time_ns()
-        for collector in reversed(self._collectors):
+        if self.forks.in_child:  # a forked child saves its own slices; the run is the parent's
+            self.forks.save()
+            return self.manifest
+        self.forks.unfollow()
+        self._hold_sigterm()
+        try:
+            if self.action.records:
+                self._record_step(self._step_start, time.perf_counter_ns())
+            self.counter_reader = None
+            self.manifest.end_ns = time.time_ns()
+            for collector in reversed(self._collectors):
+                if report is not None:
+                    report(f"dlprof: saving {collector.name} data")
+                try:
+                    collector.stop()
+                except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
+                    note = f"failed while stopping: {type(failure).__name__}: {failure}"
+                    self._info(collector.name).notes.append(note)
+                    print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)
             if report is not None:
-                report(f"dlprof: saving {collector.name} data")
-            try:
-                collector.stop()
-            except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                note = f"failed while stopping: {type(failure).__name__}: {failure}"
-                self._info(collector.name).notes.append(note)
-                print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)
-        if report is not None:
-            report("dlprof: writing the run")
-        self._save()
-        counts, nesting = self._writer.compact()
-        self.manifest.counts = counts
-        self.manifest.normalised = nesting.as_counts()
-        self.manifest.status = status_for(error)
-        self.manifest.exit_code = exit_code
-        if error is not None and self.manifest.status is not RunStatus.COMPLETE:
-            self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
-        self._write_manifest()
+                report("dlprof: writing the run")
+            self._save()
+            counts, nesting = self._writer.compact()
+            self.manifest.counts = counts
+            self.manifest.normalised = nesting.as_counts()
+            self.manifest.status = status_for(error)
+            self.manifest.exit_code = exit_code
+            if error is not None and self.manifest.status is not RunStatus.COMPLETE:
+                self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
+            self._write_manifest()
+        finally:
+            self._restore_signal_handler()
         return self.manifest
 
     def __enter__(self) -> Session:
@@ -288,6 +303,20 @@ class Session:
         if self._counter_deltas is not None:
             self.sink.append_metrics(self._counter_deltas.drain(), "session")
 
+    def _collector_names(self) -> tuple[str, ...]:
+        """The configured collectors, and in a torch job of several ranks the rank clock."""
+        names = self.config.collectors
+        if (self.config.world_size > 1 and "rank_clock" not in names
+                and importlib.util.find_spec("torch") is not None):
+            names = (*names, "rank_clock")
+        return names
+
+    def _drop_parent_state(self) -> None:
+        """In a forked child: the collectors' threads and profilers stayed with the parent."""
+        self._collectors = []
+        self.counter_reader = None
+        self._counter_deltas = None
+
     def _write_manifest(self) -> None:
         """run.json; in a job of several ranks, this rank's own too (rank 0 also writes run.json)."""
         if self.config.world_size > 1:
@@ -308,7 +337,20 @@ class Session:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
 
+    def _hold_sigterm(self) -> None:
+        """While the run is saved, a SIGTERM waits: a launcher stopping every rank after one
+        failed (torchrun does) must not cut the others' saving short."""
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._note_sigterm)
+
+    def _note_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._sigterm_held = True
+
     def _restore_signal_handler(self) -> None:
+        """Put back the handler found at start, then act on a SIGTERM held while saving."""
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
+        if self._sigterm_held:
+            self._sigterm_held = False
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -46,6 +46,8 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # ranks share the machine's cores
+    if "RANK" not in os.environ:  # started without a launcher: a job of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # the same initial weights on every rank

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ import pytest
 
 import dlprof
 from dlprof.distributed import RUN_DIR_VARIABLE, RankEnvironment, shared_run_dir
+from dlprof.collectors.rank_clock import EXCHANGE_RANGE
 from dlprof.keys import Kind, RunStatus
+from dlprof.store.manifest import RANK0_CLOCK, Manifest
 from tests.conftest import EXAMPLES, run_ddp_example
 
 pytestmark = pytest.mark.torch
@@ -144,3 +147,30 @@ def test_shared_run_dir_prefers_the_variable_then_the_launcher(tmp_path: Path) -
 def test_nproc_must_be_positive(tmp_path: Path) -> None:
     done = run_ddp_example(tmp_path / "none", "--nproc", "0")
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_ranks_on_one_host_keep_one_clock(two_rank_gloo_run: Path) -> None:
+    run = dlprof.load(two_rank_gloo_run)
+    for manifest in run.rank_manifests.values():
+        clock = next(c for c in manifest.clocks if c.name == RANK0_CLOCK)
+        assert clock.offset_ns == 0 and clock.method.startswith("same host")
+        assert clock.bounds_ns is not None and clock.bounds_ns[0] <= clock.bounds_ns[1]
+    # The exchange is labelled in the timeline, so its collectives are not mistaken for training's.
+    slices = run.slices
+    assert set(slices.loc[slices.name == EXCHANGE_RANGE, "rank"]) == {0, 1}
+
+
+def test_a_measured_offset_moves_that_ranks_times(two_rank_gloo_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "shifted"
+    shutil.copytree(two_rank_gloo_run, copy)
+    manifest = Manifest.read_rank(copy, 1)
+    for clock in manifest.clocks:
+        if clock.name == RANK0_CLOCK:
+            clock.offset_ns = 1_500_000
+    manifest.write(copy, rank=1)
+    before, after = dlprof.load(two_rank_gloo_run), dlprof.load(copy)
+    for table in ("slices", "memory"):
+        column = "start_ns" if table == "slices" else "ts_ns"
+        old, new = getattr(before, table), getattr(after, table)
+        assert (new.loc[new["rank"] == 0, column] == old.loc[old["rank"] == 0, column]).all()
+        assert (new.loc[new["rank"] == 1, column] == old.loc[old["rank"] == 1, column] - 1_500_000).all()

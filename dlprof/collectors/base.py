@@ -11,6 +11,7 @@ import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +24,17 @@ from dlprof.store.slice_buffer import SliceBuffer
 
 def _ignore_counts(slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
     """No counters, or no session to keep their deltas."""
+
+
+def _nothing_to_save() -> None:
+    """Not in a forked child: the session saves the slice buffer itself."""
+
+
+class StepSource(Enum):
+    """What ends training steps by itself under ``dlprof run`` (``auto_steps``)."""
+
+    OPTIMIZER = "optimizer.step()"
+    KERAS_FIT = "Keras Model.fit"
 
 
 @dataclass
@@ -45,6 +57,12 @@ class CollectorContext:
     # Set by the session: keeps the deltas ``after - before`` of two counter_reader readings as
     # metrics rows of slice ``slice_id`` (a collector's own slices: layers).
     record_counts: Callable[[int, tuple[int, ...], tuple[int, ...]], None] = _ignore_counts
+    # In a forked child (a DataLoader worker), saves ``slices`` once it holds many; a collector
+    # recording there calls it now and then (see dlprof.forks).
+    save_if_full: Callable[[], None] = _nothing_to_save
+    # While set, only this source ends steps by itself: a Keras fit owns them while it runs, so
+    # a torch optimizer stepped inside one (a callback training a torch model) ends none.
+    step_owner: StepSource | None = None
 
 
 class Collector(ABC):

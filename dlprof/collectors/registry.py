@@ -15,6 +15,8 @@ _MODULES = {
     "counters": "counters",
     "nvml": "nvml",
     "cupti": "cupti",
+    "dataloader": "dataloader",
+    "rank_clock": "rank_clock",
 }
 
 NAMES = tuple(_MODULES)

@@ -17,6 +17,15 @@ SLOT_SESSION = 0  # steps, regions, modules: recorded by dlprof in the profiled 
 SLOT_KINETO = 1  # ops and kernels converted from torch.profiler's trace
 SLOT_IMPORT = 2  # slices imported from a foreign trace file
 SLOT_CUPTI = 3  # kernels and API calls from the cupti collector (CUPTI Activity API)
+SLOT_XPLANE = 4  # ops, layers and device work converted from TensorFlow's profiler (XPlane)
+# Processes forked from the profiled one (DataLoader workers) take the slots from here on, one
+# per fork, wrapping around after the last.
+SLOT_FORKED_FIRST = 16
+
+
+def forked_slot(fork_number: int) -> int:
+    """The slot of the ``fork_number``-th process forked from a rank's process (from 1)."""
+    return SLOT_FORKED_FIRST + (fork_number - 1) % (MAX_SLOT + 1 - SLOT_FORKED_FIRST)
 
 
 def id_base(rank: int, slot: int) -> int:

@@ -135,6 +135,11 @@ class Manifest:
     def read(cls, run_dir: Path) -> Manifest:
         return cls.from_dict(json.loads((run_dir / MANIFEST_NAME).read_text()))
 
+    @classmethod
+    def read_rank(cls, run_dir: Path, rank: int) -> Manifest:
+        """One rank's own manifest in a run of several ranks."""
+        return cls.from_dict(json.loads(rank_manifest_path(run_dir, rank).read_text()))
+
 
 def rank_manifest_path(run_dir: Path, rank: int) -> Path:
     return run_dir / RANK_MANIFESTS / f"{rank}.json"
@@ -152,7 +157,7 @@ def read_rank_manifests(run_dir: Path) -> dict[int, Manifest]:
     found = {}
     for path in directory.glob("*.json"):
         if path.stem.isdigit():
-            found[int(path.stem)] = Manifest.from_dict(json.loads(path.read_text()))
+            found[int(path.stem)] = Manifest.read_rank(run_dir, int(path.stem))
     return dict(sorted(found.items()))
 
 

@@ -25,6 +25,7 @@ class SliceBuffer:
         pid: the process the slices belong to.
         to_epoch_ns: added to ``perf_counter_ns`` readings to give epoch nanoseconds.
         """
+        self.rank = rank
         self.pid = pid
         self.to_epoch_ns = to_epoch_ns
         self._next_id = id_base(rank, SLOT_SESSION)
@@ -41,6 +42,16 @@ class SliceBuffer:
         self._start = array("q")
         self._end = array("q")
         self._bytes = array("q")
+
+    def restart_in_fork(self, pid: int, slot: int) -> None:
+        """In a forked child: drop the parent's unsaved slices, number new ones from ``slot``.
+
+        Everyone holding this buffer (regions, collectors) records into the child's from then on.
+        """
+        self.pid = pid
+        self._next_id = id_base(self.rank, slot)
+        self._lock = threading.Lock()  # the parent's may have been held by a thread that is gone
+        self._new_columns()
 
     def intern(self, name: str) -> int:
         """The integer code of a name; call once per distinct name, off the hot path if you can."""

@@ -1,0 +1,71 @@
+"""DataLoader batches: one slice per batch fetched, in the worker process that made it.
+
+torch.profiler sees only the training loop's side (``enumerate(DataLoader)#...__next__``, the
+wait for the next batch). This collector times the other side: each worker's fetch of a batch
+(reading samples and collating them), with the batch's tensor bytes, so a data-loading stall
+shows on the timeline as the worker that was still busy. Workers forked after the session
+started record into their own copy of the session (see :mod:`dlprof.forks`); with
+``num_workers=0`` the fetch runs in the loop's own thread and is timed there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.keys import Kind
+
+FETCH = "DataLoader.fetch"
+# How deep into a batch's tuples, lists and dicts tensor bytes are counted.
+_BATCH_DEPTH = 3
+
+
+class DataLoaderCollector(Collector):
+    name = "dataloader"
+    description = "DataLoader batches fetched, per worker process"
+    requires = ("torch", "torch")
+
+    def start(self, context: CollectorContext) -> None:
+        from torch.utils.data._utils import fetch
+
+        slices = context.slices
+        kind, name = slices.kind_code(Kind.DATALOADER), slices.intern(FETCH)
+        saved = context.save_if_full
+        self._patched: list[tuple[type, Any]] = []
+        for fetcher in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+            original = fetcher.fetch
+
+            def timed_fetch(self: Any, indices: Any, _original: Any = original) -> Any:
+                start = time.perf_counter_ns()
+                batch = _original(self, indices)
+                end = time.perf_counter_ns()
+                slices.record(kind, name, threading.get_native_id(), start, end, batch_bytes(batch))
+                saved()
+                return batch
+
+            fetcher.fetch = timed_fetch  # type: ignore[method-assign]
+            self._patched.append((fetcher, original))
+
+    def stop(self) -> None:
+        for fetcher, original in self._patched:
+            fetcher.fetch = original  # type: ignore[attr-defined]
+        self._patched.clear()
+
+
+def batch_bytes(batch: Any, depth: int = _BATCH_DEPTH) -> int:
+    """Bytes of the tensors in a batch (tuples, lists and dicts of them, as collate makes)."""
+    nbytes = getattr(batch, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if depth == 0:
+        return 0
+    if isinstance(batch, dict):
+        return sum(batch_bytes(value, depth - 1) for value in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(item, depth - 1) for item in batch)
+    return 0
+
+
+COLLECTOR = DataLoaderCollector

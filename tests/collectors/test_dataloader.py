@@ -1,0 +1,80 @@
+"""DataLoader workers: their batches and regions land in the run, under their own pids."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import dlprof
+from dlprof.collectors.dataloader import FETCH, batch_bytes
+from dlprof.keys import Kind
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+pytestmark = pytest.mark.torch
+
+BATCHES, BATCH_SIZE, FEATURES = 6, 4, 32
+
+
+class _Samples(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return BATCHES * BATCH_SIZE
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        with dlprof.region("read_sample"):
+            return torch.full((FEATURES,), float(index)), index
+
+
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "workers"
+    torch.manual_seed(0)
+    model = torch.nn.Linear(FEATURES, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(
+        _Samples(), batch_size=BATCH_SIZE, num_workers=2, multiprocessing_context="fork"
+    )
+    with dlprof.profile(out=out) as prof:
+        for x, _ in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            prof.step()
+    return out
+
+
+def test_each_batch_is_fetched_in_a_worker_process(worker_run: Path) -> None:
+    slices = dlprof.load(worker_run).slices
+    fetches = slices[slices.kind == Kind.DATALOADER]
+    assert len(fetches) == BATCHES and set(fetches.name) == {FETCH}
+    assert os.getpid() not in set(fetches.pid)
+    assert fetches.pid.nunique() == 2, "two workers, each its own process"
+    # A batch is float32 features plus int64 indices.
+    assert set(fetches.bytes) == {BATCH_SIZE * FEATURES * 4 + BATCH_SIZE * 8}
+    assert slices.id.is_unique
+
+
+def test_regions_in_the_dataset_run_under_the_fetch(worker_run: Path) -> None:
+    slices = dlprof.load(worker_run).slices
+    reads = slices[(slices.kind == Kind.REGION) & (slices.name == "read_sample")]
+    assert len(reads) == BATCHES * BATCH_SIZE
+    fetch_ids = set(slices.loc[slices.kind == Kind.DATALOADER, "id"])
+    assert set(reads.parent_id) <= fetch_ids
+
+
+def test_a_worker_fetch_overlaps_the_loop_waiting_for_it(worker_run: Path) -> None:
+    slices = dlprof.load(worker_run).slices
+    waits = slices[slices.name.str.startswith("enumerate(DataLoader)")]
+    fetches = slices[slices.kind == Kind.DATALOADER]
+    assert len(waits) and (waits.pid == os.getpid()).all()
+    first_wait = waits.sort_values("start_ns").iloc[0]
+    # The first batch cannot be ready before the loop asks: its fetch runs during that wait.
+    wait_end = first_wait.start_ns + first_wait.dur_ns
+    overlapping = fetches[(fetches.start_ns < wait_end) & (fetches.start_ns + fetches.dur_ns > first_wait.start_ns)]
+    assert len(overlapping) >= 1
+
+
+def test_batch_bytes_counts_nested_tensors() -> None:
+    batch = {"x": torch.zeros(3, 4), "y": [torch.zeros(5, dtype=torch.int64), "label"]}
+    assert batch_bytes(batch) == 3 * 4 * 4 + 5 * 8
+    assert batch_bytes("text") == 0
