@@ -35,6 +35,7 @@ def test_every_rank_has_its_partition_and_manifest(two_rank_gloo_run: Path) -> N
     assert run.status is RunStatus.COMPLETE
     assert run.manifest.ranks == [0, 1] and run.manifest.world_size == 2
     assert sorted(run.rank_manifests) == [0, 1]
+    assert "--nproc" in run.manifest.command, "the job records the command typed, not each rank's"
     for rank, manifest in run.rank_manifests.items():
         assert manifest.ranks == [rank] and manifest.world_size == 2
         assert manifest.host.hostname and manifest.exit_code == 0

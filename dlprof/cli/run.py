@@ -21,6 +21,7 @@ from dlprof.launcher import LaunchError, launch_ranks
 from dlprof.runner import Target, TargetError, run_target
 from dlprof.schedule import Schedule, ScheduleError
 from dlprof.session import new_run_dir
+from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import RunError, load
 
 HELP = """Run a Python script (or -m module) under the profiler.
@@ -93,6 +94,7 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     except LaunchError as error:
         raise UsageError(str(error)) from None
     try:
+        _record_job_command(run_dir)
         loaded = load(run_dir)
     except RunError as error:
         print(f"dlprof: {error}", file=sys.stderr)
@@ -106,6 +108,17 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
         _print_top(run_dir, collectors, top_rows)
     # The failing rank's own exit code, where torchrun only says that one failed.
     return manifest.exit_code or torchrun_code
+
+
+def _record_job_command(run_dir: Path) -> None:
+    """The job's manifest names the command the user typed, not torchrun's for each rank."""
+    if (run_dir / MANIFEST_NAME).is_file():
+        try:
+            job = Manifest.read(run_dir)
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise RunError(f"{run_dir / MANIFEST_NAME}: unreadable manifest ({error})") from None
+        job.command = list(sys.argv)
+        job.write(run_dir)
 
 
 def _counters(text: str | None) -> tuple[str, ...]:
