@@ -10,6 +10,9 @@ import pytest
 
 import dlprof
 
+# Real TensorFlow runs (tf_profile, tf_xla_profile, keras_run), shared by every test directory.
+pytest_plugins = ["tests.tensorflow_runs"]
+
 # Real Kineto traces recorded on A100, V100 and MI250 GPUs (from Holistic Trace Analysis's tests,
 # MIT licence beside them): the ground truth for the GPU half while tests run without a GPU.
 KINETO_TRACES = Path(__file__).resolve().parent / "data" / "kineto-traces"

@@ -6,7 +6,9 @@ Each file is one rank (``distributedInfo.rank`` when the files say it and no two
 else their order on the command line). Chrome traces are read in chunks (see
 :mod:`dlprof.importers.chunked_json`) and translated by :mod:`dlprof.importers.kineto`, which
 keeps every category it does not know as a kind of its own; torch's raw memory timelines go to
-the memory table. Nesting, and what it had to change, is decided once when each rank is compacted.
+the memory table; TensorFlow's and JAX's profiles (``.xplane.pb``) go through
+:mod:`dlprof.importers.xplane`. Nesting, and what it had to change, is decided once when each rank
+is compacted.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import pyarrow.compute as pc
 from dlprof.importers.chunked_json import ChunkedTrace, TraceFormatError
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_trace
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
+from dlprof.importers.xplane import XPLANE_SUFFIX, XPlaneError, XPlaneOptions, convert_xspace, read_xspace
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import RANK_SHIFT, SLOT_IMPORT, id_base
-from dlprof.store.manifest import CollectorInfo, HostInfo, Manifest
+from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
 from dlprof.store.writer import RankWriter
 
 # Bytes parsed so far and in all, for a progress display.
@@ -48,6 +51,8 @@ class _ParsedFile:
     header: dict[str, Any]
     tables: dict[StoreTable, list[pa.Table]] = field(default_factory=dict)
     events: int = 0
+    source: str = "chrome-trace"  # the format, as the manifest names the importer
+    clocks: list[ClockDomain] = field(default_factory=list)
 
     @property
     def stated_rank(self) -> int | None:
@@ -77,7 +82,8 @@ def import_traces(
     """Import trace files as the ranks of one new run.
 
     Args:
-        paths: Chrome/Kineto traces (``.json``, ``.json.gz``) or raw memory timelines.
+        paths: Chrome/Kineto traces (``.json``, ``.json.gz``), raw memory timelines, or XPlane
+            profiles (``.xplane.pb``).
         out_dir: the run directory to create.
         command: the command line to record in the manifest.
         progress: told bytes done and bytes in all as the files are parsed.
@@ -124,6 +130,8 @@ def import_traces(
 
 
 def _parse_file(path: Path, advance: Callable[[float], None]) -> _ParsedFile:
+    if path.name.endswith(XPLANE_SUFFIX):
+        return _parse_xplane(path, advance)
     raw = read_bytes(path)
     if raw.lstrip()[:2] == b"[[":  # a raw memory timeline is an array of arrays
         try:
@@ -152,6 +160,21 @@ def _parse_file(path: Path, advance: Callable[[float], None]) -> _ParsedFile:
     item.header = trace.header
     if item.events == 0:
         raise TraceImportError(f"{path}: an empty trace (no events)")
+    advance(1.0)
+    return item
+
+
+def _parse_xplane(path: Path, advance: Callable[[float], None]) -> _ParsedFile:
+    """A TensorFlow or JAX profile (see :mod:`dlprof.importers.xplane`); its times are epoch ns."""
+    try:
+        tables = convert_xspace(read_xspace(path), XPlaneOptions(id_base=id_base(0, SLOT_IMPORT)))
+    except XPlaneError as error:
+        raise TraceImportError(str(error)) from None
+    header = {"host_name": tables.hostnames[0] if tables.hostnames else "", "deviceProperties": tables.devices}
+    item = _ParsedFile(path, header=header, events=tables.events, source="xplane", clocks=[tables.clock])
+    for table, data in ((StoreTable.SLICES, tables.slices), (StoreTable.MEMORY, tables.memory)):
+        if data.num_rows:
+            item.tables[table] = [data]
     advance(1.0)
     return item
 
@@ -208,7 +231,9 @@ def _manifest(
         start_ns=time.time_ns(),
         host=HostInfo(hostname=str(first.get("host_name", ""))),
         devices=devices,
-        collectors=[CollectorInfo(name="import:chrome-trace", version=str(first.get("schemaVersion", "")), notes=notes)],
+        collectors=[CollectorInfo(name=f"import:{source}", version=str(first.get("schemaVersion", "")), notes=notes)
+                    for source in dict.fromkeys(item.source for item in parsed)],
+        clocks=[clock for item in parsed for clock in item.clocks],
         ranks=sorted(ranks),
         world_size=world if isinstance(world, int) and world > 0 else max(len(ranks), max(ranks) + 1),
     )
