@@ -91,7 +91,8 @@ class Duration(click.ParamType[int]):
 @click.option("--per", type=click.Choice([str(b) for b in DiffBasis], case_sensitive=False), default=None,
               help="Compare per step or whole-run totals [default: step when both runs have steps].")
 @click.option("--rank", "rank_text", default=None, metavar="N|A:B",
-              help="Only rank N of both runs, or rank A of RUN_A against rank B of RUN_B [default: all ranks].")
+              help="Only rank N of both runs, or rank A of RUN_A against rank B of RUN_B [default: all ranks, "
+              "summed, each rank's steps counted, so per step means per step of one rank].")
 @click.option("--fail-above", "fail_above", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when the total or any name regressed by more than PCT percent (see above).")
 @click.option("--min-time", "min_ns", type=Duration(), default="50us", show_default=True,

@@ -238,3 +238,19 @@ def test_native_runs_of_different_lengths_compare_per_step(cnn_run: Path, short_
     # The same model: the same ops, as often per step.
     assert set(table["status"]) == {Change.TOTAL, Change.BOTH}
     assert (table["calls_a"] == table["calls_b"]).all()
+
+
+@pytest.mark.torch
+def test_one_rank_against_another_per_step(two_rank_gloo_run: Path) -> None:
+    run = dlprof.load(two_rank_gloo_run)
+    steps = {rank: work_steps(run, rank) for rank in (0, 1)}
+    assert all(steps.values()) and work_steps(run) == steps[0] + steps[1]
+    table = diff(run, run, kinds=(Kind.OP, Kind.COMM), ranks=(0, 1))
+    for side, rank in (("a", 0), ("b", 1)):
+        slices = run.slices[run.slices["rank"] == rank]
+        for kind in (Kind.OP, Kind.COMM):
+            sums = slices[slices["kind"] == kind].groupby("name")["dur_ns"].sum()
+            rows = table[(table["kind"] == kind) & (table["status"] != Change.TOTAL)].set_index("name")
+            present = rows[rows[f"calls_{side}"] > 0]
+            assert present[f"time_{side}_ns"].to_dict() == {n: round(t / steps[rank]) for n, t in sums.items()}
+    assert (table.loc[table["kind"] == Kind.COMM, "status"] == Change.BOTH).any()  # collectives on both ranks
