@@ -14,6 +14,7 @@ import pytest
 import dlprof
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.tfprof import MEASURES, op_view, percent_columns
+from dlprof.importers.trace_file import import_traces
 from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey, StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
@@ -209,3 +210,22 @@ def test_one_rank_of_two(two_rank_run: Path) -> None:
     both, first = op_view(run).set_index("name"), op_view(run, rank=0).set_index("name")
     for column in ("occurrence", "total_ns", "device_ns", "cpu_ns"):
         assert (both[column] == 2 * first.loc[both.index, column]).all()
+
+
+def imported_tensorflow_run(tf_profile: Path, directory: Path) -> dlprof.Run:
+    """TensorFlow's own profile of a Keras model, imported: ops carry their types and scopes."""
+    import_traces([tf_profile], directory)
+    return dlprof.load(directory)
+
+
+@pytest.mark.tf
+def test_op_view_of_a_real_tensorflow_profile(tf_profile: Path, tmp_path: Path) -> None:
+    run = imported_tensorflow_run(tf_profile, tmp_path / "tf")
+    table = op_view(run)
+    assert_matches(table, expected_by_type(run))
+    # Types, not names: a Keras Dense layer's ops are named by scope but grouped as MatMul.
+    ops = run.slices[run.slices["kind"] == Kind.OP]
+    matmuls = ops[ops["op_type"] == "MatMul"]
+    assert matmuls["name"].nunique() > 1
+    assert table.set_index("name").at["MatMul", "occurrence"] == len(matmuls)
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +16,7 @@ from dlprof.analysis.tfprof import op_view
 from dlprof.analysis.trees import code_tree, frame_label, scope_tree, tree
 from dlprof.keys import Kind, TreeView
 from tests.analysis.test_aggregate import op
-from tests.analysis.test_tfprof import Walk, expected_costs, write_run
+from tests.analysis.test_tfprof import Walk, expected_costs, imported_tensorflow_run, write_run
 
 
 def build_model() -> object:
@@ -53,20 +54,24 @@ def stack_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def expected_tree(run: dlprof.Run, label_of: dict[int, str], separator: str) -> dict[str, list[int]]:
-    """Per path: [total, self, ops], from each op's execution time and the labelled slices around
-    it (outermost first)."""
-    walk = Walk(run)
-    costs = expected_costs(run)
+def expected_tree(run: dlprof.Run, path_of: Callable[[int], list[str]], separator: str) -> dict[str, list[int]]:
+    """Per path: [total, self, ops], from each op's execution time and its path (outermost
+    first)."""
     nodes: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for op_id, cost in costs.items():
+    for op_id, cost in expected_costs(run).items():
         time = cost["cpu"] + cost["device"]
-        path = [label_of[a] for a in walk.ancestors(op_id) if a in label_of]
+        path = path_of(op_id)
         for end in range(len(path) + 1):
             nodes[separator.join(path[:end])][0] += time
             nodes[separator.join(path[:end])][2] += 1
         nodes[separator.join(path)][1] += time
     return nodes
+
+
+def labelled_ancestors(run: dlprof.Run, label_of: dict[int, str]) -> Callable[[int], list[str]]:
+    """An op's path: the labels of the labelled slices around it, outermost first."""
+    walk = Walk(run)
+    return lambda op_id: [label_of[a] for a in walk.ancestors(op_id) if a in label_of]
 
 
 def assert_tree_matches(table: pd.DataFrame, expected: dict[str, list[int]]) -> None:
@@ -95,7 +100,7 @@ def layer_labels(run: dlprof.Run) -> dict[int, str]:
 def test_scope_tree_of_a_real_torch_run(cnn_run: Path) -> None:
     run = dlprof.load(cnn_run)
     table = scope_tree(run)
-    assert_tree_matches(table, expected_tree(run, layer_labels(run), "/"))
+    assert_tree_matches(table, expected_tree(run, labelled_ancestors(run, layer_labels(run)), "/"))
     assert {"Sequential forward", "Sequential forward/0 (Conv2d)", "Sequential forward/4 (Linear)"} <= set(table["path"])
     # The root holds all op time, the op view's total.
     assert table["total_ns"].iloc[0] == op_view(run)["total_ns"].sum()
@@ -140,13 +145,24 @@ def test_recorded_name_scopes(tmp_path: Path) -> None:
     assert table.loc["", ["total_ns", "self_ns", "ops"]].tolist() == [182, 7, 5]
 
 
+@pytest.mark.tf
+def test_scope_tree_of_a_real_tensorflow_profile(tf_profile: Path, tmp_path: Path) -> None:
+    run = imported_tensorflow_run(tf_profile, tmp_path / "tf")
+    table = scope_tree(run)
+    # Each op sits at the path of its recorded scope, whatever slices lie around it.
+    scopes = run.slices.set_index("id")["scope"]
+    recorded = {i: [] if pd.isna(scope) else str(scope).split("/") for i, scope in scopes.items()}
+    assert_tree_matches(table, expected_tree(run, recorded.__getitem__, "/"))
+    assert any(path.startswith("gradient_tape/") for path in table["path"])
+
+
 @pytest.mark.torch
 def test_code_tree_of_a_real_torch_run_with_stacks(stack_run: Path) -> None:
     run = dlprof.load(stack_run)
     walk = Walk(run)
     frames = {i: _kineto_frame(str(r["name"])) for i, r in walk.rows.items() if r["kind"] == Kind.PYTHON}
     table = code_tree(run)
-    assert_tree_matches(table, expected_tree(run, frames, ";"))
+    assert_tree_matches(table, expected_tree(run, labelled_ancestors(run, frames), ";"))
     # The model's forward is a node, named by this file, the line its def starts on, its name.
     forward = build_model().forward.__code__  # type: ignore[attr-defined]
     own = f"{Path(__file__).name}:{forward.co_firstlineno}:forward"
