@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -93,7 +94,11 @@ class Session:
         self.step_number = 0
         self.action = self.schedule.action(0)
         self._clock = sample_clocks()
-        self._writer = RankWriter(self.run_dir, config.rank)
+        self._writer = RankWriter(self.run_dir, config.rank, {
+            "dlprof.rank": str(config.rank),
+            "dlprof.world_size": str(config.world_size),
+            "dlprof.host": socket.gethostname(),
+        })
         self.sink = Sink(self._writer)
         self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
         self._step_kind = self.slices.kind_code(Kind.STEP)

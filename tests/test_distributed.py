@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 import dlprof
@@ -41,6 +42,11 @@ def test_every_rank_has_its_partition_and_manifest(two_rank_gloo_run: Path) -> N
         assert manifest.host.hostname and manifest.exit_code == 0
     for table in ("slices", "memory"):
         assert sorted(p.name for p in (two_rank_gloo_run / table).iterdir()) == ["rank=0", "rank=1"]
+    # Each part file says in its footer where it came from, for readers of the files alone.
+    for rank in (0, 1):
+        footer = pq.read_metadata(two_rank_gloo_run / "slices" / f"rank={rank}" / "part-00000.parquet")
+        assert footer.metadata[b"dlprof.rank"] == str(rank).encode()
+        assert footer.metadata[b"dlprof.world_size"] == b"2" and footer.metadata[b"dlprof.host"]
     # Each rank wrote only its own files: one part per partition, no chunk left behind.
     assert not list(two_rank_gloo_run.glob("*/rank=*/chunk-*"))
     slices = run.slices

@@ -31,9 +31,16 @@ def rank_dir(run_dir: Path, table: StoreTable, rank: int) -> Path:
 class RankWriter:
     """Writes the chunks and the final part files of one rank of one run."""
 
-    def __init__(self, run_dir: Path, rank: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, metadata: dict[str, str] | None = None) -> None:
+        """Args:
+        run_dir: the run directory.
+        rank: the partition this writer owns.
+        metadata: key-value pairs for the part files' footers (rank, world size, host), so a
+            reader of the Parquet files alone knows where each partition came from.
+        """
         self.run_dir = run_dir
         self.rank = rank
+        self.metadata = metadata or {}
         self._sequence = itertools.count()
         self._lock = threading.Lock()
 
@@ -79,7 +86,7 @@ class RankWriter:
             data = merged.pop(table)
             if "ts_ns" in data.column_names:
                 data = data.sort_by("ts_ns")
-            write_parquet(data, part)
+            write_parquet(data.replace_schema_metadata(self.metadata or None), part)
             for chunk in chunks[table]:
                 chunk.unlink()
             counts[str(table)] = data.num_rows
