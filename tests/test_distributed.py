@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dlprof
-from dlprof.distributed import RUN_DIR_VARIABLE, RankEnvironment, shared_run_dir
 from dlprof.collectors.rank_clock import EXCHANGE_RANGE
+from dlprof.distributed import RUN_DIR_VARIABLE, RankEnvironment, shared_run_dir
 from dlprof.keys import Kind, RunStatus
 from dlprof.store.manifest import RANK0_CLOCK, Manifest
 from tests.conftest import EXAMPLES, run_ddp_example
