@@ -17,7 +17,7 @@ import pandas as pd
 
 from dlprof.analysis.tfprof import MEASURES, percent_columns
 from dlprof.keys import TableFormat
-from dlprof.viewers.terminal import NAME_WIDTH, format_column, render_table, write_table
+from dlprof.viewers.terminal import NAME_WIDTH, readable_columns, render_table, write_table
 
 # tfprof's column titles.
 _OP_VIEW_HEADERS = {
@@ -40,17 +40,19 @@ _NAME_MIN = 32
 
 
 def op_view_display(frame: pd.DataFrame) -> pd.DataFrame:
-    """The op view as text cells: the type, then one ``value (cum%, self%)`` column per measure."""
+    """The op view as text cells: the type, then one ``value (cum%, self%)`` column per measure;
+    the three times share one unit."""
+    shown = [m for m in MEASURES if m not in _OPTIONAL or frame[m].astype(bool).any()]
+    times = [(m, _OP_VIEW_HEADERS[m]) for m in shown if m.endswith("_ns")]
+    groups = [[(m, _OP_VIEW_HEADERS[m])] for m in shown if not m.endswith("_ns")]
+    groups.insert(1 if "bytes" in shown else 0, times)  # tfprof's order: bytes, times, the rest
+    values = readable_columns(frame, [], groups)
     display = pd.DataFrame({"name": frame["name"].astype(str)})
-    for measure in MEASURES:
-        values = frame[measure]
-        if measure in _OPTIONAL and not values.astype(bool).any():
-            continue
-        header, cells = format_column(measure, values, _OP_VIEW_HEADERS[measure])
+    for header, measure in zip(values.columns, [m for group in groups for m, _ in group], strict=True):
         share, cumulative = percent_columns(measure)
         display[header] = [
             f"{cell or 0} ({cum:.2f}%, {own:.2f}%)"
-            for cell, cum, own in zip(cells, frame[cumulative], frame[share], strict=True)
+            for cell, cum, own in zip(values[header], frame[cumulative], frame[share], strict=True)
         ]
     return display
 
@@ -83,14 +85,13 @@ def _keep_tail(name: str, width: int) -> str:
 
 def tree_display(frame: pd.DataFrame) -> pd.DataFrame:
     """A tree as text rows: guided names, total and self time, their shares, the ops counted."""
-    return pd.DataFrame({
-        "name": tree_guides(frame),
-        "total_ns": frame["total_ns"],
-        "self_ns": frame["self_ns"],
-        "Total %": [f"{v:.2f}" for v in frame["total_pct"]],
-        "Self %": [f"{v:.2f}" for v in frame["self_pct"]],
-        "Ops": frame["ops"],
-    })
+    display = readable_columns(frame, [], [
+        [("total_ns", "Total"), ("self_ns", "Self")],
+        [("total_pct", "Total %"), ("self_pct", "Self %")],
+        [("ops", "Ops")],
+    ])
+    display.insert(0, "name", tree_guides(frame))
+    return display
 
 
 def write_op_view(frame: pd.DataFrame, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
