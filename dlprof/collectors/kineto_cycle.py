@@ -7,12 +7,12 @@ which lowers its own priority so the program it profiles keeps the CPU.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dlprof.collectors.profiler_cycles import child_main
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.store.ids import SLOT_KINETO, id_base
 from dlprof.store.sink import Sink
@@ -52,12 +52,6 @@ class CycleJob:
             marker_window_ns=tuple(window) if window else None,
         )
 
-    @staticmethod
-    def result_from_json(text: str) -> dict[str, Any]:
-        lines = text.strip().splitlines()
-        result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-        return result
-
 
 def convert_cycle(job: CycleJob) -> dict[str, Any]:
     """Translate one saved cycle into chunks of the run's tables, then remove the trace."""
@@ -84,12 +78,5 @@ def convert_cycle(job: CycleJob) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    os.nice(19)
-    result = convert_cycle(CycleJob.from_json(argv[0]))
-    print(json.dumps(result))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:], CycleJob.from_json, convert_cycle))

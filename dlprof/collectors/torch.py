@@ -12,20 +12,14 @@ launching op; on a CPU-only machine only CPU ops are, and the manifest says so.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 import warnings
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.kineto_cycle import CycleJob, convert_cycle
+from dlprof.collectors.profiler_cycles import BackgroundConverter, hidden_chatter
 from dlprof.importers.kineto import CLOCK_MARKER
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
@@ -57,11 +51,12 @@ class TorchCollector(Collector):
         else:
             self.notes.append("no CUDA device: CPU ops only (no kernels, memcpy or memset)")
         self._cycle = 0
-        self._pending: deque[CycleJob] = deque()
         self._clock_bounds: list[tuple[int, int]] = []
         self._clock_offsets: list[int] = []
         self._marker: tuple[int, int] | None = None
-        self._background = _BackgroundConverter(self)
+        self._background: BackgroundConverter[CycleJob] = BackgroundConverter(
+            "dlprof-kineto", "dlprof.collectors.kineto_cycle", convert_cycle, self._finish
+        )
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         self._profiler: Any = profile(
@@ -91,8 +86,6 @@ class TorchCollector(Collector):
         with hide_kineto_chatter():
             self._profiler.stop()
         self._background.close()
-        while self._pending:
-            self._finish(convert_cycle(self._pending.popleft()))
         saved = self._context.run_dir / "kineto"
         for directory in (saved / f"rank={self._context.config.rank}", saved):
             if directory.is_dir() and not any(directory.iterdir()):
@@ -134,8 +127,7 @@ class TorchCollector(Collector):
             marker_window_ns=self._marker,
         )
         self._cycle += 1
-        self._pending.append(job)
-        self._background.wake()
+        self._background.submit(job)
 
     def _finish(self, result: dict[str, Any]) -> None:
         known = {d.get("id") for d in self._context.devices}
@@ -149,76 +141,13 @@ class TorchCollector(Collector):
 _KINETO_CHATTER = (b"USDT:", b"STAGE:")
 
 
-@contextmanager
-def hide_kineto_chatter() -> Iterator[None]:
+def hide_kineto_chatter() -> AbstractContextManager[None]:
     """Hold fd 2 while Kineto starts or stops, then pass on everything but its chatter.
 
     Kineto writes ``USDT: ... profiler_start`` lines from C++ straight to file descriptor 2;
     anything else written meanwhile (by any thread) is shown once the moment has passed.
     """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().splitlines(keepends=True)
-                    if not line.startswith(_KINETO_CHATTER)]
-            if kept:
-                os.write(2, b"".join(kept))
-
-
-class _BackgroundConverter:
-    """Converts saved cycles one at a time in a child process at the lowest CPU priority."""
-
-    def __init__(self, owner: TorchCollector) -> None:
-        self._owner = owner
-        self._wakeup = threading.Event()
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name="dlprof-kineto", daemon=True)
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wakeup.set()
-
-    def close(self) -> None:
-        """Let the conversion in flight finish; the caller converts what is left."""
-        self._closing = True
-        self._wakeup.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            self._wakeup.wait()
-            self._wakeup.clear()
-            while not self._closing and len(self._owner._pending) > 0:
-                job = self._owner._pending.popleft()
-                self._owner._finish(_convert_in_child(job))
-            if self._closing:
-                return
-
-
-def _convert_in_child(job: CycleJob) -> dict[str, Any]:
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        # -P: the profiled program's working directory must not shadow the child's imports.
-        [sys.executable, "-P", "-m", "dlprof.collectors.kineto_cycle", job.to_json()],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if completed.returncode != 0:
-        # The child failed (out of memory, killed): convert here instead, nothing is lost.
-        return convert_cycle(job)
-    return CycleJob.result_from_json(completed.stdout)
+    return hidden_chatter(lambda line: line.startswith(_KINETO_CHATTER))
 
 
 COLLECTOR = TorchCollector

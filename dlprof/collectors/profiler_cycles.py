@@ -1,0 +1,135 @@
+"""What collectors that drive a framework's own profiler, one cycle at a time, share.
+
+torch.profiler and TensorFlow's profiler each save a cycle to a file (Kineto's Chrome JSON, an
+XPlane) that dlprof translates into the store: in a child process at the lowest CPU priority
+while the program goes on, and in the profiled process for what is left when it ends::
+
+    converter = BackgroundConverter("dlprof-xplane", "dlprof.collectors.xplane_cycle",
+                                    convert=convert_cycle, finish=collector.finish)
+    converter.submit(job)     # at the end of a cycle
+    converter.close()         # when the session stops: converts what is left, here
+
+Both print chatter on file descriptor 2 when they start and stop; :func:`hidden_chatter` keeps
+it from the user's terminal and passes on everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+
+class Job(Protocol):
+    """One saved cycle to convert; the child process reads it back from JSON."""
+
+    def to_json(self) -> str: ...
+
+
+JobT = TypeVar("JobT", bound=Job)
+Result = dict[str, Any]
+
+
+class BackgroundConverter(Generic[JobT]):
+    """Converts saved cycles one at a time in a child process at the lowest CPU priority."""
+
+    def __init__(self, thread_name: str, child_module: str, convert: Callable[[JobT], Result],
+                 finish: Callable[[Result], None]) -> None:
+        """Args:
+        thread_name: names the thread that waits for the children.
+        child_module: run as ``python -m child_module JOB_JSON``; prints the result's JSON last.
+        convert: converts a job in this process (when a child fails, and at close).
+        finish: told each job's result, from the converter's thread or from :meth:`close`.
+        """
+        self._child_module = child_module
+        self._convert = convert
+        self._finish = finish
+        self._pending: deque[JobT] = deque()
+        self._wakeup = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def submit(self, job: JobT) -> None:
+        self._pending.append(job)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """Let the conversion in flight finish, then convert what is left in this process."""
+        self._closing = True
+        self._wakeup.set()
+        self._thread.join()
+        while self._pending:
+            self._finish(self._convert(self._pending.popleft()))
+
+    def _run(self) -> None:
+        while True:
+            self._wakeup.wait()
+            self._wakeup.clear()
+            while not self._closing and len(self._pending) > 0:
+                job = self._pending.popleft()
+                self._finish(self._in_child(job))
+            if self._closing:
+                return
+
+    def _in_child(self, job: JobT) -> Result:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        completed = subprocess.run(
+            # -P: the profiled program's working directory must not shadow the child's imports.
+            [sys.executable, "-P", "-m", self._child_module, job.to_json()],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if completed.returncode != 0:
+            # The child failed (out of memory, killed): convert here instead, nothing is lost.
+            return self._convert(job)
+        return result_from_json(completed.stdout)
+
+
+def result_from_json(text: str) -> Result:
+    """A child's result: the JSON object on the last line it printed."""
+    lines = text.strip().splitlines()
+    result: Result = json.loads(lines[-1]) if lines else {}
+    return result
+
+
+def child_main(argv: list[str], read_job: Callable[[str], JobT], convert: Callable[[JobT], Result]) -> int:
+    """The body of a converter child: lower its priority, convert the job, print the result."""
+    os.nice(19)
+    print(json.dumps(convert(read_job(argv[0]))))
+    return 0
+
+
+@contextmanager
+def hidden_chatter(is_chatter: Callable[[bytes], bool]) -> Iterator[None]:
+    """Hold fd 2 while a profiler starts or stops, then pass on every line but its chatter.
+
+    Profilers write from C++ straight to file descriptor 2; anything else written meanwhile (by
+    any thread) is shown once the moment has passed.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not is_chatter(line)]
+            if kept:
+                os.write(2, b"".join(kept))
