@@ -7,7 +7,9 @@ from pathlib import Path
 
 from dlprof.schedule import Schedule
 
-DEFAULT_COLLECTORS = ("torch", "layers", "host", "dataloader")
+# The framework collectors wait for the program to use their framework: tensorflow's starts when
+# the program imports tensorflow, and records nothing in a PyTorch program.
+DEFAULT_COLLECTORS = ("torch", "layers", "tensorflow", "host", "dataloader")
 RUNS_DIR = Path("dlprof-runs")
 
 

@@ -70,7 +70,7 @@ class _SavingStatus:
 
 def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None) -> None:
     try:
-        print_top(load(run_dir), kind="op" if "torch" in collectors else "module",
+        print_top(load(run_dir), kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
                   by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank)
     except UsageError as error:
         print(f"dlprof: {error}", file=sys.stderr)

@@ -3,15 +3,19 @@
 The wrapper is set on the optimizer instance, outside torch's own ``Optimizer.step#...`` range,
 so the step boundary falls after the optimizer's work rather than inside it. The first call of
 an optimizer, under way when it is first seen, ends its step from a post-hook instead; only the first optimizer seen drives steps
-(a GAN's two optimizers make one step, not two).
+(a GAN's two optimizers make one step, not two). The hook is set once the program imports
+torch, so a program that never does (a Keras one) does not load it; inside a Keras fit, Keras's
+batches end the steps instead (:mod:`dlprof.collectors.keras_steps`).
 """
 
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Any
 
-from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.collectors.base import Collector, CollectorContext, StepSource
+from dlprof.collectors.import_watch import when_imported
 
 _WRAPPED = "_dlprof_step_wrapper"
 
@@ -23,11 +27,19 @@ class OptimizerSteps(Collector):
 
 
     def start(self, context: CollectorContext) -> None:
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
+        def step() -> None:
+            if context.step_owner in (None, StepSource.OPTIMIZER):  # not inside a Keras fit
+                context.step()
 
-        self._step = context.step
+        self._step = step
         self._driver: Any = None
         self._wrapped: list[Any] = []
+        self._handle: Any = None
+        self._watch = when_imported("torch", self._hook_optimizers)
+
+    def _hook_optimizers(self, torch: ModuleType) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
         self._handle = register_optimizer_step_pre_hook(self._first_sight)
 
     def _first_sight(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -57,7 +69,9 @@ class OptimizerSteps(Collector):
             self._wrapped.append(optimizer)
 
     def stop(self) -> None:
-        self._handle.remove()
+        self._watch.cancel()
+        if self._handle is not None:
+            self._handle.remove()
         for optimizer in self._wrapped:
             optimizer.__dict__.pop("step", None)
             optimizer.__dict__.pop(_WRAPPED, None)

@@ -17,6 +17,7 @@ _MODULES = {
     "cupti": "cupti",
     "dataloader": "dataloader",
     "rank_clock": "rank_clock",
+    "tensorflow": "tensorflow",
 }
 
 NAMES = tuple(_MODULES)

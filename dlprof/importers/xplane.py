@@ -78,6 +78,10 @@ class XPlaneError(ValueError):
     """A file that cannot be read as an XPlane profile; the message is one line."""
 
 
+class EmptyProfileError(XPlaneError):
+    """A well-formed profile without a single event (a cycle in which nothing ran)."""
+
+
 @dataclass(frozen=True)
 class XPlaneOptions:
     """How to translate one XSpace."""
@@ -141,7 +145,8 @@ def read_xspace(path: Path) -> Any:
     """Parse an ``.xplane.pb`` file into an ``XSpace``.
 
     Raises:
-        XPlaneError: the file cannot be read, is not an XPlane protobuf, or holds no events.
+        XPlaneError: the file cannot be read or is not an XPlane protobuf;
+            :class:`EmptyProfileError` when it holds no events.
     """
     try:
         raw = path.read_bytes()
@@ -154,7 +159,7 @@ def read_xspace(path: Path) -> Any:
         raise XPlaneError(f"{path}: not an XPlane profile (protobuf: {error})") from None
     if not any(len(line.events) for plane in space.planes for line in plane.lines):
         what = "an empty file" if not raw else "no planes with events"
-        raise XPlaneError(f"{path}: not an XPlane profile, or an empty one ({what})")
+        raise EmptyProfileError(f"{path}: not an XPlane profile, or an empty one ({what})")
     return space
 
 

@@ -1,0 +1,68 @@
+"""Steps from Keras: under ``dlprof run`` each training batch of ``Model.fit`` ends a step.
+
+The tensorflow collector installs this once Keras is imported: ``keras.Model.fit`` is wrapped
+so that every fit gets one more callback, whose ``on_train_batch_end`` ends the session's step
+(steps are then named ``ProfilerStep#N``, as with PyTorch). While a fit runs it owns the steps
+(:attr:`CollectorContext.step_owner`), so a torch optimizer stepped inside it ends none.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from dlprof.collectors.base import CollectorContext, StepSource
+
+
+class KerasFitSteps:
+    """The wrapper around ``keras.Model.fit``, installed and removed as a whole."""
+
+    def __init__(self, context: CollectorContext) -> None:
+        self._context = context
+        self._installed: tuple[Any, Any] | None = None  # (the Model class, its own fit)
+
+    def install(self, keras: ModuleType) -> None:
+        """Wrap ``keras.Model.fit`` (once Keras is imported)."""
+        model_class = keras.Model
+        original = model_class.fit
+        signature = inspect.signature(original)
+        callback = _callback_class(keras)
+        context = self._context
+
+        @functools.wraps(original)
+        def fit_with_steps(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), callback(context.step)]
+            owner = context.step_owner
+            if owner is None:
+                context.step_owner = StepSource.KERAS_FIT
+            try:
+                return original(*bound.args, **bound.kwargs)
+            finally:
+                context.step_owner = owner
+
+        model_class.fit = fit_with_steps
+        self._installed = (model_class, original)
+
+    def uninstall(self) -> None:
+        if self._installed is not None:
+            model_class, original = self._installed
+            model_class.fit = original
+            self._installed = None
+
+
+def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None]], Any]:
+    class DlprofSteps(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+        """Ends dlprof's step after each training batch."""
+
+        def __init__(self, end_step: Callable[[], None]) -> None:
+            super().__init__()
+            self._end_step = end_step
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            self._end_step()
+
+    return DlprofSteps
