@@ -1,4 +1,5 @@
-"""``dlprof import``: PyTorch profiler (Kineto) and other Chrome traces into a run directory."""
+"""``dlprof import``: PyTorch profiler (Kineto) and other Chrome traces, and TensorFlow's and
+JAX's XPlane profiles, into a run directory."""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from dlprof.importers.trace_file import TraceImportError, import_traces
 HELP = """Import trace files into a run, so every dlprof command works on them.
 
 Takes PyTorch profiler traces (Kineto's Chrome JSON, .json or .json.gz), any other Chrome
-trace (best effort: slices, counters, flows), and torch's raw memory timelines
-(export_memory_timeline_raw). Several files become the ranks of one run, numbered by their
-distributedInfo.rank or, failing that, by their order here.
+trace (best effort: slices, counters, flows), torch's raw memory timelines
+(export_memory_timeline_raw), and the XPlane profiles TensorFlow's and JAX's profilers write
+(plugins/profile/<time>/<host>.xplane.pb). Several files become the ranks of one run, numbered
+by their distributedInfo.rank or, failing that, by their order here.
 
 \b
 Examples:
   dlprof import trace.json.gz                       # -> ./dlprof-runs/<time>-trace
   dlprof import -o runs/job rank0.json rank1.json   # two ranks, one run
   dlprof import trace.json && dlprof top --kind kernel
+  dlprof import logs/plugins/profile/*/host.xplane.pb && dlprof top --kind module
 """
 
 

@@ -163,7 +163,8 @@ def _collectors(text: str) -> tuple[str, ...]:
 @click.option("--schedule", default=None, metavar="SKIP,WAIT,WARMUP,ACTIVE,REPEAT",
               help="Profile only some steps, as torch.profiler.schedule (default: every step).")
 @click.option("--no-auto-steps", is_flag=True,
-              help="Do not end a step at each optimizer.step(); only prof.step()/dlprof.step() do.")
+              help="Do not end a step at each optimizer.step() or Keras fit batch; only "
+                   "prof.step()/dlprof.step() do.")
 @click.option("--top", "top_rows", type=click.IntRange(min=0), default=15, show_default=True,
               help="Rows of the top-ops table printed at the end (0: none).")
 @click.option("--counters", "counters", default=None, metavar="NAME,...",
