@@ -160,7 +160,10 @@ class Session:
             save_if_full=self.forks.save_if_full,
         )
         # The counters collector first: the others find its reader in the context at start.
-        for name in sorted(self._collector_names(), key=lambda name: name != "counters"):
+        # cupti_metrics next, so that it stops last: it reads back the kernels the others wrote.
+        first = ("counters", "cupti_metrics")
+        for name in sorted(self._collector_names(),
+                           key=lambda name: first.index(name) if name in first else len(first)):
             cls = collector_class(name)
             ok, reason = cls.available()
             info = CollectorInfo(name=name, version=cls.version(), active=ok)

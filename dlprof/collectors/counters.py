@@ -24,6 +24,7 @@ from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
+from dlprof.collectors.pm_sampling import is_gpu_metric
 
 METRIC_PREFIX = "perf:"
 PAPI_PREFIX = "papi:"
@@ -192,7 +193,8 @@ class CountersCollector(Collector):
 
     def start(self, context: CollectorContext) -> None:
         config = context.config
-        perf_names = [n for n in config.counters if not PAPI_NAME.fullmatch(n)]
+        # GPU metrics (Perfworks names) are the cupti_metrics collector's, not CPU counters.
+        perf_names = [n for n in config.counters if not PAPI_NAME.fullmatch(n) and not is_gpu_metric(n)]
         papi_names = tuple(n for n in config.counters if PAPI_NAME.fullmatch(n))
         self._counters = PerfCounters(perf_names, config.counter_scope)
         self._tid = threading.get_native_id()
@@ -234,8 +236,9 @@ class CountersCollector(Collector):
 
 
 def known_counter(name: str) -> bool:
-    """Whether ``name`` is a counter dlprof knows (countable here or not): perf names, PAPI_*."""
-    return name in EVENTS or PAPI_NAME.fullmatch(name) is not None
+    """Whether ``name`` is a counter dlprof knows (countable here or not): perf names, PAPI_*,
+    Perfworks GPU metrics (checked against the chip when the cupti_metrics collector starts)."""
+    return name in EVENTS or PAPI_NAME.fullmatch(name) is not None or is_gpu_metric(name)
 
 
 COLLECTOR = CountersCollector

@@ -15,6 +15,7 @@ _MODULES = {
     "counters": "counters",
     "nvml": "nvml",
     "cupti": "cupti",
+    "cupti_metrics": "pm_sampling",
     "dataloader": "dataloader",
     "rank_clock": "rank_clock",
     "tensorflow": "tensorflow",
