@@ -45,10 +45,11 @@ PATH_SEPARATOR = {TreeView.SCOPE: "/", TreeView.CODE: ";"}
 
 _LAYER = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\) (?P<pass>forward|backward)$")
 KINETO_MODULE_PREFIX = "nn.Module: "
-# Frame names as sources write them: Kineto ``file.py(12): fn``, TensorFlow ``$file.py:12 fn``.
+# Frame names as sources write them: Kineto ``file.py(12): fn``, TensorFlow ``$file.py:12 fn``
+# (the XPlane importer drops the ``$``).
 _FRAME_FORMATS = (
     re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$"),
-    re.compile(r"^\$(?P<file>[^\s:]+):(?P<line>\d+) (?P<function>.+)$"),
+    re.compile(r"^\$?(?P<file>[^\s:]+):(?P<line>\d+) (?P<function>.+)$"),
 )
 # Built-in calls name the object they are bound to by address; one node per method, not object.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

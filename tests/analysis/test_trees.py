@@ -188,6 +188,7 @@ def test_scope_tree_of_a_run_with_stacks_uses_torch_module_frames(stack_run: Pat
 @pytest.mark.parametrize(("name", "label"), [
     ("torch/nn/modules/conv.py(546): _conv_forward", "torch/nn/modules/conv.py:546:_conv_forward"),
     ("$conv.py:546 _conv_forward", "conv.py:546:_conv_forward"),
+    ("conv.py:546 _conv_forward", "conv.py:546:_conv_forward"),  # as the XPlane importer stores it
     ("<built-in method add_ of Parameter object at 0x7f5e3b85c870>", "<built-in method add_ of Parameter object>"),
     ("nn.Module: Linear_0", "nn.Module: Linear_0"),
 ])
