@@ -13,6 +13,10 @@ CUPTI allows one subscriber per process. When the ``torch`` collector is on in t
 Kineto owns CUPTI and kernels come from it: this collector then does not subscribe and says so in
 the manifest.
 
+Kernel names are demangled (:mod:`dlprof.collectors.demangle`) as Kineto demangles them;
+peer-to-peer copies (MEMCPY2) carry their source and destination devices in ``args`` under
+Kineto's keys. Records CUPTI dropped for want of buffer space are counted in the manifest notes.
+
 CUPTI timestamps are on CUPTI's own clock (``cupti.get_timestamp()``). They are mapped to epoch
 nanoseconds by an offset sampled at start, ``(time_ns - get_timestamp)``, and checked again at
 stop; both are recorded as the ``cupti`` clock domain of the manifest.
@@ -33,9 +37,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.collectors.demangle import demangle
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.ids import SLOT_CUPTI, id_base
@@ -52,17 +58,20 @@ ACTIVITY_KERNEL = 3
 ACTIVITY_DRIVER = 4
 ACTIVITY_RUNTIME = 5
 ACTIVITY_CONCURRENT_KERNEL = 10
+ACTIVITY_MEMCPY2 = 22  # peer-to-peer copies between devices (CUpti_ActivityMemcpyPtoP)
 _KINDS: dict[int, tuple[str, str]] = {
     ACTIVITY_KERNEL: (Kind.KERNEL, "kernel"),
     ACTIVITY_CONCURRENT_KERNEL: (Kind.KERNEL, "kernel"),
     ACTIVITY_MEMCPY: (Kind.MEMCPY, "gpu_memcpy"),
+    ACTIVITY_MEMCPY2: (Kind.MEMCPY, "gpu_memcpy"),
     ACTIVITY_MEMSET: (Kind.MEMSET, "gpu_memset"),
     ACTIVITY_RUNTIME: (Kind.RUNTIME, "cuda_runtime"),
     ACTIVITY_DRIVER: (Kind.RUNTIME, "cuda_driver"),
 }
 # What is enabled; KERNEL (serialising) is never enabled, CONCURRENT_KERNEL is.
 ENABLED_KINDS = (
-    ACTIVITY_CONCURRENT_KERNEL, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, ACTIVITY_RUNTIME, ACTIVITY_DRIVER,
+    ACTIVITY_CONCURRENT_KERNEL, ACTIVITY_MEMCPY, ACTIVITY_MEMCPY2, ACTIVITY_MEMSET, ACTIVITY_RUNTIME,
+    ACTIVITY_DRIVER,
 )
 
 # CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind values, in Kineto's spelling, so that a
@@ -93,6 +102,8 @@ class Record(NamedTuple):
     copy_kind: int = 0  # memcpy: CUpti_ActivityMemcpyKind
     src_kind: int = 0  # memcpy: CUpti_ActivityMemoryKind of the source; memset: of the target
     dst_kind: int = 0
+    src_device: int = -1  # peer-to-peer memcpy: the devices copied from and to
+    dst_device: int = -1
 
 
 def _label(table: Sequence[str], value: int) -> str:
@@ -108,7 +119,7 @@ def record_from_activity(activity: Any, api_name: dict[tuple[int, int], str] | N
     kind = int(activity.kind)
     if kind in (ACTIVITY_KERNEL, ACTIVITY_CONCURRENT_KERNEL):
         return Record(
-            kind, str(activity.name or ""), int(activity.start), int(activity.end),
+            kind, demangle(str(activity.name or "")), int(activity.start), int(activity.end),
             int(activity.device_id), int(activity.stream_id), int(activity.correlation_id),
             (int(activity.grid_x), int(activity.grid_y), int(activity.grid_z)),
             (int(activity.block_x), int(activity.block_y), int(activity.block_z)),
@@ -122,6 +133,14 @@ def record_from_activity(activity: Any, api_name: dict[tuple[int, int], str] | N
             int(activity.stream_id), int(activity.correlation_id), bytes=int(activity.bytes),
             copy_kind=int(activity.copy_kind), src_kind=int(activity.src_kind),
             dst_kind=int(activity.dst_kind),
+        )
+    if kind == ACTIVITY_MEMCPY2:
+        return Record(
+            kind, "", int(activity.start), int(activity.end), int(activity.device_id),
+            int(activity.stream_id), int(activity.correlation_id), bytes=int(activity.bytes),
+            copy_kind=int(activity.copy_kind), src_kind=int(activity.src_kind),
+            dst_kind=int(activity.dst_kind), src_device=int(activity.src_device_id),
+            dst_device=int(activity.dst_device_id),
         )
     if kind == ACTIVITY_MEMSET:
         return Record(
@@ -157,6 +176,7 @@ def records_to_slices(records: Sequence[Record], id_base: int, clock_offset_ns: 
     registers: list[int | None] = []
     shared: list[int | None] = []
     sizes: list[int | None] = []
+    args: list[str | None] = []
     for r in kept:
         kind, category = _KINDS[r.kind]
         kinds.append(kind)
@@ -181,6 +201,10 @@ def records_to_slices(records: Sequence[Record], id_base: int, clock_offset_ns: 
         registers.append(r.registers if is_kernel else None)
         shared.append(r.static_shared + r.dynamic_shared if is_kernel else None)
         sizes.append(r.bytes if kind in (Kind.MEMCPY, Kind.MEMSET) else None)
+        # Kineto's keys for a peer-to-peer copy's devices: the store has no columns for them.
+        args.append(orjson.dumps({"fromDevice": r.src_device, "inDevice": r.device,
+                                  "toDevice": r.dst_device}).decode()
+                    if r.kind == ACTIVITY_MEMCPY2 else None)
     start = np.fromiter((r.start for r in kept), dtype=np.int64, count=n)
     end = np.fromiter((r.end for r in kept), dtype=np.int64, count=n)
 
@@ -205,6 +229,7 @@ def records_to_slices(records: Sequence[Record], id_base: int, clock_offset_ns: 
             "registers": pa.array(registers, pa.int32()),
             "shared_memory": pa.array(shared, pa.int64()),
             "stream": pa.array(streams, pa.int64()),
+            "args": pa.array(args, pa.string()),
         }
     )
 
@@ -221,6 +246,13 @@ def sample_cupti_clock(get_timestamp: Any, tries: int = 5) -> tuple[int, int]:
             best = pair
     assert best is not None
     return best
+
+
+def dropped_records(cupti: Any) -> int:
+    """Activity records CUPTI dropped since the last call, for want of buffer space (global queue)."""
+    count = np.zeros(1, dtype=np.uint64)  # a size_t CUPTI writes through the pointer
+    cupti.activity_get_num_dropped_records(0, 0, count.ctypes.data)
+    return int(count[0])
 
 
 def driver_missing() -> str:
@@ -272,6 +304,7 @@ class CuptiCollector(Collector):
         self._api_names: dict[tuple[int, int], str] = {}
         self._next_id = id_base(context.config.rank, SLOT_CUPTI)
         self._failed_callbacks = 0
+        self._dropped = 0
         if kineto_owns_cupti(context.config.collectors):
             # One CUPTI subscriber per process: a second one fails or steals Kineto's records.
             self.notes.append(ARBITRATION_NOTE)
@@ -350,6 +383,7 @@ class CuptiCollector(Collector):
         if not self._subscribed:
             return
         self._cupti.activity_flush_all(1)  # 1: CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+        self._dropped += dropped_records(self._cupti)
         with self._lock:
             records, self._records = self._records, []
         if not records:
@@ -372,6 +406,8 @@ class CuptiCollector(Collector):
                               f"at stop it was {offset - self._offset_ns:+d} ns different")
         if self._failed_callbacks:
             self.notes.append(f"{self._failed_callbacks} CUPTI buffers could not be read")
+        if self._dropped:
+            self.notes.append(f"CUPTI dropped {self._dropped} activity records (its buffers were full)")
 
 
 COLLECTOR = CuptiCollector

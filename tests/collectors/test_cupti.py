@@ -8,8 +8,11 @@ itself puts in those fields on a real GPU is not checked here: no GPU on the dev
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -92,7 +95,8 @@ def test_cupti_records_become_slices_joined_by_correlation() -> None:
     launch, kernel, copy, memset = rows["runtime"], rows["kernel"], rows["memcpy"], rows["memset"]
     assert (launch["name"], launch["category"], launch["device"]) == ("cudaLaunchKernel_v7000", "cuda_runtime", "cpu")
     assert launch["tid"] == 777 and launch["stream"] is None
-    assert (kernel["name"], kernel["category"], kernel["device"]) == ("_Z6saxpyifPfS_", "kernel", "cuda:1")
+    # Demangled as Kineto shows kernels (binutils' c++filt reads the symbol the same way).
+    assert (kernel["name"], kernel["category"], kernel["device"]) == ("saxpyi(float, float*, float*)", "kernel", "cuda:1")
     assert kernel["tid"] == kernel["stream"] == 13
     assert launch["correlation_id"] == kernel["correlation_id"] == 42  # the launch -> kernel join
     # CUPTI's clock plus the sampled offset; durations untouched.
@@ -207,6 +211,7 @@ class _FakeCupti:
         self.pending = records
         self.enabled: set[int] = set()
         self.now = 1_000
+        self.dropped = 17
 
     def get_timestamp(self) -> int:
         self.now += 1
@@ -227,6 +232,10 @@ class _FakeCupti:
         records, self.pending = self.pending, []
         self.completed(records)
 
+    def activity_get_num_dropped_records(self, context: int, stream_id: int, dropped: int) -> None:
+        ctypes.c_size_t.from_address(dropped).value = self.dropped  # as CUPTI writes its size_t
+        self.dropped = 0
+
     def get_callback_name(self, domain: int, cbid: int) -> str:
         return "cudaLaunchKernel" if (domain, cbid) == (1, LAUNCH_CBID) else "?"
 
@@ -245,7 +254,8 @@ def test_start_save_stop_against_a_stand_in_cupti(tmp_path: Path, monkeypatch: p
     collector.on_step(1, Action.NONE, Action.RECORD)
     assert fake.enabled == set(cupti_collector.ENABLED_KINDS)
     collector.stop()
-    assert not fake.enabled and collector.notes == []
+    assert not fake.enabled
+    assert collector.notes == ["CUPTI dropped 17 activity records (its buffers were full)"]
     clock = context.clocks[0]
     assert clock.bounds_ns is not None and clock.bounds_ns[0] <= clock.offset_ns <= clock.bounds_ns[1]
     import pyarrow.dataset as ds
@@ -298,3 +308,38 @@ def test_a_real_cuda_program_is_traced(tmp_path: Path) -> None:
     assert (slices["kind"] == "memset").any()
     runtime = slices[slices["kind"] == "runtime"]
     assert set(copies["correlation_id"]) <= set(runtime["correlation_id"])
+
+
+def test_kernel_names_are_demangled_as_cxxfilt_does() -> None:
+    from dlprof.collectors.demangle import demangle
+
+    symbols = ["_Z6saxpyifPfS_",
+               "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"]
+    if shutil.which("c++filt") is None:
+        pytest.skip("binutils' c++filt is not installed: no independent demangler to compare with")
+    expected = subprocess.run(["c++filt", *symbols], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert [demangle(s) for s in symbols] == expected[:2]
+    assert demangle("volta_sgemm_128x64_nn") == "volta_sgemm_128x64_nn"  # a C kernel: unchanged
+    assert demangle("_Znot_a_symbol") == "_Znot_a_symbol"
+
+
+@needs_cupti
+def test_peer_to_peer_copies_keep_their_devices() -> None:
+    import cupti.cupti as c
+    import orjson
+
+    assert int(c.ActivityKind.MEMCPY2) == cupti_collector.ACTIVITY_MEMCPY2
+    copy = c.ActivityMemcpyPtoP4()
+    for field, value in dict(kind=int(c.ActivityKind.MEMCPY2), start=10, end=30, device_id=0,
+                             src_device_id=0, dst_device_id=3, stream_id=7, correlation_id=5,
+                             bytes=1 << 20, copy_kind=int(c.ActivityMemcpyKind.PTOP),
+                             src_kind=int(c.ActivityMemoryKind.DEVICE),
+                             dst_kind=int(c.ActivityMemoryKind.DEVICE)).items():
+        setattr(copy, field, value)
+    record = record_from_activity(copy)
+    assert record is not None
+    row = records_to_slices([record], id_base=0, clock_offset_ns=0, pid=1).to_pylist()[0]
+    assert (row["kind"], row["category"], row["name"]) == ("memcpy", "Memcpy PtoP", "Memcpy PtoP (Device -> Device)")
+    assert (row["device"], row["bytes"], row["dur_ns"]) == ("cuda:0", 1 << 20, 20)
+    assert orjson.loads(row["args"]) == {"fromDevice": 0, "inDevice": 0, "toDevice": 3}
+    assert pa_schema_fits(records_to_slices([record], 0, 0, 1))
