@@ -18,7 +18,8 @@ What each event becomes:
 - ``$file:line function`` (a Python tracer's events): ``python`` slices; any other TraceMe:
   ``user_annotation`` slices. Instants (no duration) are counted and left out.
 - on a device plane: ``kernel``, ``memcpy`` and ``memset`` slices on their stream, with
-  correlation ids that link them to the ``runtime`` calls on ``/host:CUPTI``.
+  correlation ids that link them to the ``runtime`` calls on ``/host:CUPTI``
+  (:mod:`dlprof.importers.xplane_devices`).
 
 Time: event times are ``line.timestamp_ns + offset_ps / 1000``, relative to the
 ``profile_start_time`` stat of the ``Task Environment`` plane (when line times are smaller than
@@ -46,7 +47,9 @@ import pyarrow as pa
 from dlprof.importers.hlo import HloFormatError, HloOp, hlo_ops
 from dlprof.importers.kineto import CLOCK_MARKER, clock_offset, gc_paused
 from dlprof.importers.tf_ops import TfOp, parse_op_event, tf_op
+from dlprof.importers.xplane_devices import DEVICE_PLANE, device_plane
 from dlprof.importers.xplane_rows import EventClass, MemoryRows, SliceRows, Track
+from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, fold_id, scalar
 from dlprof.keys import Kind
 from dlprof.store.manifest import ClockDomain
 
@@ -55,12 +58,6 @@ HOST_PLANE = "/host:CPU"
 METADATA_PLANE = "/host:metadata"
 TASK_PLANE = "Task Environment"
 CUPTI_PLANE = "/host:CUPTI"
-DEVICE_PLANE = re.compile(r"/device:(?P<type>[A-Z]+):(?P<index>\d+)")
-# Lines xprof derives from others when it shows a profile (steps, modules, name scopes): copies.
-_DERIVED_LINES = frozenset({
-    "Steps", "XLA Modules", "XLA Ops", "XLA TraceMe", "TensorFlow Name Scope", "TensorFlow Ops",
-    "Framework Name Scope", "Framework Ops", "Source code", "Async XLA Ops",
-})
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
 _GPU_ALLOCATOR = re.compile(r"GPU_(\d+)_bfc")
 TRACEME_CATEGORY = "TraceMe"
@@ -209,7 +206,10 @@ class _Converter:
             if plane.name in (HOST_PLANE, CUPTI_PLANE):
                 self._host_plane(plane, base, Kind.RUNTIME if plane.name == CUPTI_PLANE else None)
             elif device is not None:
-                self._device_plane(plane, base, device)
+                info, events, instants = device_plane(plane, base, device, self.rows)
+                self.devices.append(info)
+                self.events += events
+                self.skipped["instant"] += instants
             elif plane.name not in (METADATA_PLANE, TASK_PLANE):
                 self.skipped[f"plane {plane.name}"] += sum(len(line.events) for line in plane.lines)
         shift, bounds = 0, None
@@ -243,13 +243,13 @@ class _Converter:
                 self.hlo[name] = ops
 
     def _host_plane(self, plane: Any, base: int, kind: Kind | None) -> None:
-        stats = _StatNames(plane)
+        stats = StatNames(plane)
         classes: dict[int, int | _Marker] = {}  # event metadata id -> class code
         hlo_classes: dict[tuple[int, int], int] = {}
         rows = self.rows
         add_cls, add_track, add_start, add_dur = rows.cls.append, rows.track.append, rows.start.append, rows.dur.append
         for line in plane.lines:
-            if line.name in _DERIVED_LINES:
+            if line.name in DERIVED_LINES:
                 continue
             tid = fold_id(line.id)
             track = rows.add_track(Track("cpu", tid, host=kind is None))
@@ -280,7 +280,7 @@ class _Converter:
                     if correlation is not None:
                         rows.sparse["correlation_id"][len(rows) - 1] = int(correlation)
 
-    def _classify(self, plane: Any, metadata_id: int, event: Any, stats: _StatNames,
+    def _classify(self, plane: Any, metadata_id: int, event: Any, stats: StatNames,
                   kind: Kind | None) -> EventClass | _Marker:
         metadata = plane.event_metadata[metadata_id]
         name = metadata.name
@@ -299,7 +299,7 @@ class _Converter:
             return EventClass(Kind.PYTHON, name[1:], "python")
         return EventClass(Kind.USER_ANNOTATION, name, TRACEME_CATEGORY)
 
-    def _hlo_class(self, plane: Any, event: Any, stats: _StatNames, cache: dict[tuple[int, int], int]) -> int:
+    def _hlo_class(self, plane: Any, event: Any, stats: StatNames, cache: dict[tuple[int, int], int]) -> int:
         """The class code of an XLA instruction's event: the op it came from, per module."""
         module_ref = stats.ref(event, "hlo_module")
         key = (event.metadata_id, module_ref)
@@ -319,7 +319,7 @@ class _Converter:
             return EventClass(Kind.OP, instruction, category, op_type=opcode, args=args)
         return _op_class(tf_op(hlo.tf_name, hlo.tf_type), category, args)
 
-    def _marked(self, marker: _Marker, event: Any, start_ps: int, tid: int, stats: _StatNames) -> None:
+    def _marked(self, marker: _Marker, event: Any, start_ps: int, tid: int, stats: StatNames) -> None:
         if marker.what == "clock":
             self.marker = (start_ps // 1000, (start_ps + event.duration_ps) // 1000)
             self.marker_tid = tid
@@ -336,127 +336,8 @@ class _Converter:
             addr=int(stats.value(event, "addr") or 0),
         )
 
-    def _device_plane(self, plane: Any, base: int, device: re.Match[str]) -> None:
-        """A GPU's streams, as TensorFlow's CUPTI tracer (and JAX's) record them."""
-        stats = _StatNames(plane)
-        kind_of_device = "cuda" if device["type"] == "GPU" else device["type"].lower()
-        name = f"{kind_of_device}:{device['index']}"
-        info: dict[str, Any] = {"id": name, "plane": plane.name}
-        for stat in plane.stats:
-            info[stats.name(stat.metadata_id)] = _scalar(stat, plane)
-        self.devices.append(info)
-        rows, sparse = self.rows, self.rows.sparse
-        for line in plane.lines:
-            if line.name in _DERIVED_LINES:
-                continue
-            stream = fold_id(line.id)
-            track = rows.add_track(Track(name, stream, host=False))
-            line_ps = (base + line.timestamp_ns) * 1000
-            for event in line.events:
-                self.events += 1
-                if event.duration_ps <= 0:
-                    self.skipped["instant"] += 1
-                    continue
-                metadata = plane.event_metadata[event.metadata_id]
-                values = stats.all(event)
-                event_class = _device_class(metadata.display_name or metadata.name, values)
-                row = len(rows)
-                rows.cls.append(rows.code(event_class))
-                rows.track.append(track)
-                start_ps = line_ps + event.offset_ps
-                rows.start.append(start_ps // 1000)
-                rows.dur.append((start_ps + event.duration_ps) // 1000 - start_ps // 1000)
-                sparse["stream"][row] = stream
-                if "correlation_id" in values:
-                    sparse["correlation_id"][row] = int(values["correlation_id"])
-                for key, value in _launch_details(values).items():
-                    sparse[key][row] = value
-
-
 def _op_class(op: TfOp, category: str, args: str | None = None) -> EventClass:
     return EventClass(op.kind, op.name, category, op.op_type, op.scope, op.layers, args)
-
-
-def _device_class(name: str, values: dict[str, Any]) -> EventClass:
-    if "memcpy_details" in values or name.lower().startswith("memcpy"):
-        kind = Kind.MEMCPY
-    elif "memset_details" in values or name.lower().startswith("memset"):
-        kind = Kind.MEMSET
-    else:
-        kind = Kind.KERNEL
-    op = parse_op_event(str(values["tf_op"])) if "tf_op" in values else None
-    if op is None:
-        return EventClass(kind, name, str(kind))
-    return EventClass(kind, name, str(kind), op.op_type, op.scope)
-
-
-def _launch_details(values: dict[str, Any]) -> dict[str, Any]:
-    """Launch configuration and copy sizes from the ``kernel_details``/``memcpy_details`` stats.
-
-    They are ``key:value`` words: ``regs:32 static_shared:0 dynamic_shared:0 grid:1,1,1 block:64,1,1``.
-    """
-    details: dict[str, str] = {}
-    for key in ("kernel_details", "memcpy_details", "memset_details"):
-        for word in str(values.get(key, "")).split():
-            name, _, value = word.partition(":")
-            details[name] = value
-    found: dict[str, Any] = {}
-    if details.get("regs", "").isdigit():
-        found["registers"] = int(details["regs"])
-    shared = [int(details[k]) for k in ("static_shared", "dynamic_shared") if details.get(k, "").isdigit()]
-    if shared:
-        found["shared_memory"] = sum(shared)
-    for key in ("grid", "block"):
-        if key in details:
-            found[key] = "[" + details[key] + "]"
-    if details.get("size", "").isdigit():
-        found["bytes"] = int(details["size"])
-    return found
-
-
-class _StatNames:
-    """A plane's stat metadata by name, and typed reads of an event's stats."""
-
-    def __init__(self, plane: Any) -> None:
-        self.plane = plane
-        self.ids = {m.name: m.id for m in plane.stat_metadata.values()}
-
-    def name(self, stat_id: int) -> str:
-        return str(self.plane.stat_metadata[stat_id].name)
-
-    def has(self, event: Any, name: str) -> bool:
-        wanted = self.ids.get(name)
-        return wanted is not None and any(s.metadata_id == wanted for s in event.stats)
-
-    def _stat(self, event: Any, name: str) -> Any:
-        wanted = self.ids.get(name)
-        if wanted is None:
-            return None
-        return next((s for s in event.stats if s.metadata_id == wanted), None)
-
-    def value(self, event: Any, name: str) -> Any:
-        stat = self._stat(event, name)
-        return None if stat is None else _scalar(stat, self.plane)
-
-    def ref(self, event: Any, name: str) -> int:
-        stat = self._stat(event, name)
-        return int(stat.ref_value) if stat is not None and stat.WhichOneof("value") == "ref_value" else -1
-
-    def text(self, event: Any, name: str) -> str | None:
-        value = self.value(event, name)
-        return None if value is None else str(value)
-
-    def all(self, event: Any) -> dict[str, Any]:
-        return {self.name(s.metadata_id): _scalar(s, self.plane) for s in event.stats}
-
-
-def _scalar(stat: Any, plane: Any) -> Any:
-    which = stat.WhichOneof("value")
-    if which == "ref_value":
-        return plane.stat_metadata[stat.ref_value].name
-    if which == "bytes_value":
-        return f"<{len(stat.bytes_value)} bytes>"
-    return getattr(stat, which) if which else None
 
 
 def _time_base(planes: list[Any]) -> tuple[int, str]:
@@ -467,20 +348,10 @@ def _time_base(planes: list[Any]) -> tuple[int, str]:
         names = {m.id: m.name for m in task.stat_metadata.values()}
         for stat in task.stats:
             if names.get(stat.metadata_id) == "profile_start_time":
-                start = int(_scalar(stat, task) or 0)
+                start = int(scalar(stat, task) or 0)
     latest = max((line.timestamp_ns for p in planes for line in p.lines), default=0)
     if start and latest < start // 2:
         return start, "line timestamp_ns + offset_ps/1000 + profile_start_time of the Task Environment plane"
     return 0, "line timestamp_ns + offset_ps/1000, epoch nanoseconds as recorded"
 
 
-def fold_id(line_id: int) -> int:
-    """A line id as a thread or stream id: kept when it fits 31 bits, else folded into them.
-
-    TensorFlow names host lines by 64-bit hashes of their threads; the exporters (Perfetto's
-    and Chrome's thread ids) take 32-bit ones. Folding keeps one thread one id across profiles.
-    """
-    if 0 <= line_id < 1 << 31:
-        return line_id
-    value = line_id & 0xFFFFFFFFFFFFFFFF
-    return ((value >> 31) ^ value ^ (value >> 62)) & 0x7FFFFFFF

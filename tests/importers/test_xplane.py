@@ -16,8 +16,9 @@ import dlprof
 from dlprof.importers.hlo import hlo_ops
 from dlprof.importers.tf_ops import layer_chain, logical_type, parse_op_event
 from dlprof.importers.trace_file import TraceImportError, import_traces
-from dlprof.importers.xplane import XPlaneOptions, convert_xspace, fold_id
+from dlprof.importers.xplane import XPlaneOptions, convert_xspace
 from dlprof.importers.xplane import read_xspace as dlprof_read_xspace
+from dlprof.importers.xplane_stats import fold_id
 from dlprof.keys import RunStatus
 from tests.conftest import dlprof_program
 from tests.tensorflow_runs import BATCHES, Event, events, read_xspace, tensorflow
