@@ -67,12 +67,14 @@ def profile(
         out: the run directory; by default ``./dlprof-runs/<time>-<name>``.
         schedule: ``"skip_first,wait,warmup,active,repeat"`` or a :class:`Schedule`; by
             default every step is recorded.
-        collectors: which collectors to run (``torch``, ``layers``, ``host``).
+        collectors: which collectors to run (``torch``, ``layers``, ``tensorflow``, ``host``...);
+            the default set records whichever of PyTorch and TensorFlow the program uses.
         name: the run's name.
         record_shapes: record op input shapes (torch collector).
         profile_memory: record allocations (torch collector).
         with_flops: estimate FLOPs of matrix and convolution ops (torch collector).
-        with_stack: record Python stacks of ops (torch collector; costly).
+        with_stack: record Python stacks of ops (torch collector; TensorFlow's Python tracer
+            for the tensorflow collector; costly).
         counters: CPU counters per step and region (``task-clock``, ``page-faults``...; see
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.

@@ -17,10 +17,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402  (after the environment above)
-import numpy as np  # noqa: E402
+# Imported after the environment above is set: TensorFlow and Keras read it when they load.
+import keras
+import numpy as np
 
-import dlprof  # noqa: E402
+import dlprof
 
 
 def build_model(features: int, classes: int, width: int, jit_compile: bool = False) -> keras.Model:
