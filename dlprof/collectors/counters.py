@@ -25,6 +25,7 @@ from typing import Any
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
 from dlprof.collectors.pm_sampling import is_gpu_metric
+from dlprof.store.counter_deltas import CounterReading
 
 METRIC_PREFIX = "perf:"
 PAPI_PREFIX = "papi:"
@@ -228,7 +229,9 @@ class CountersCollector(Collector):
             return self._counters.read()
         if threading.get_native_id() != self._tid:
             return ()
-        return self._counters.read() + self._papi.read()
+        perf = self._counters.read()
+        papi = self._papi.read()
+        return CounterReading((*perf, *papi), (*perf.unobserved_ns, *(0,) * len(papi)))
 
     def stop(self) -> None:
         self._counters.close()

@@ -22,6 +22,10 @@ Scopes:
   ``/proc/self/task`` and the opening of its creator's descriptor. dlprof's own threads (the host
   sampler) are counted too.
 
+Counts are read with the times the event was enabled and running: a hardware counter the kernel
+multiplexed with others (more events than PMU counters) is scaled by enabled/running, as
+``perf stat`` does, and its metrics rows say ``scaled`` instead of ``exact``.
+
 Where ``perf_event_paranoid`` forbids counting kernel mode (EACCES/EPERM), counters are reopened
 with ``exclude_kernel=1`` and :attr:`PerfCounters.user_only` says so: page faults still count
 (they are charged to the faulting user instruction), context switches then read 0.
@@ -38,12 +42,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlprof.store.counter_deltas import CounterReading
+
 # perf_event_open's syscall number per machine (asm/unistd.h).
 SYSCALL_NUMBERS = {"x86_64": 298, "aarch64": 241}
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
 PERF_ATTR_SIZE_VER5 = 112
 PERF_FLAG_FD_CLOEXEC = 1 << 3
+# read_format: each read also gives the ns the event was enabled and the ns it was on the PMU.
+PERF_FORMAT_TOTAL_TIME_ENABLED = 1 << 0
+PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
 # Bits of perf_event_attr's flag word.
 _INHERIT = 1 << 1
 _EXCLUDE_KERNEL = 1 << 5
@@ -180,6 +189,7 @@ def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
     if exclude_kernel:
         flags |= _EXCLUDE_KERNEL | _EXCLUDE_HV
     attr.flags = flags
+    attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
     number = SYSCALL_NUMBERS.get(platform.machine(), -1)
     fd = int(_libc_syscall()(ctypes.c_long(number), ctypes.byref(attr), ctypes.c_int(pid),
                              ctypes.c_int(-1), ctypes.c_int(-1), ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC)))
@@ -200,9 +210,22 @@ def _open_any_mode(spec: EventSpec, pid: int, inherit: bool, user_only: bool) ->
     return open_event(spec, pid, inherit, exclude_kernel=True), True
 
 
-def _read(fd: int) -> int:
-    value: int = struct.unpack("=Q", os.read(fd, 8))[0]
-    return value
+def _read(fd: int) -> tuple[int, int, int]:
+    """(count, ns enabled, ns running) of one event."""
+    value, enabled, running = struct.unpack("=QQQ", os.read(fd, 24))
+    return int(value), int(enabled), int(running)
+
+
+def scale(value: int, enabled: int, running: int) -> int:
+    """A multiplexed count scaled to the whole time the event was enabled, as ``perf stat`` does.
+
+    When more hardware events are open than the PMU has counters, the kernel time-shares them:
+    an event then counts only while ``running`` of the ``enabled`` ns, and its count is
+    extrapolated by ``enabled / running`` (0 if it never ran). Software events always run.
+    """
+    if running >= enabled:
+        return value
+    return value * enabled // running if running else 0
 
 
 class PerfCounters:
@@ -244,21 +267,30 @@ class PerfCounters:
             opened.append(name)
             self._fds.append(fds)
         self.names = tuple(opened)
-        # Thread scope reads one fd per counter: the plain loop is the hot path of a region.
-        self._flat = [fds[0] for fds in self._fds] if scope == "thread" else []
 
-    def read(self) -> tuple[int, ...]:
-        """The current value of each open counter."""
-        if self._flat:
-            return tuple([_read(fd) for fd in self._flat])
-        return tuple([sum(_read(fd) for fd in fds) for fds in self._fds])
+    def read(self) -> CounterReading:
+        """The current value of each open counter, scaled where it was multiplexed.
+
+        The reading also carries each counter's unobserved time (ns enabled but not on the PMU),
+        from which the metrics rows of a slice are marked ``exact`` or ``scaled``.
+        """
+        values: list[int] = []
+        unobserved: list[int] = []
+        for fds in self._fds:
+            total = missed = 0
+            for fd in fds:
+                value, enabled, running = _read(fd)
+                total += scale(value, enabled, running)
+                missed += enabled - running
+            values.append(total)
+            unobserved.append(missed)
+        return CounterReading(values, unobserved)
 
     def close(self) -> None:
         for fds in self._fds:
             for fd in fds:
                 os.close(fd)
         self._fds = []
-        self._flat = []
 
 
 def available_events() -> list[CounterInfo]:

@@ -102,3 +102,37 @@ def test_unknown_names_are_reported_not_raised() -> None:
     assert opened.names == ()
     assert "unknown counter" in opened.failed["no-such-counter"]
     assert opened.read() == ()
+
+
+def test_multiplexed_counts_are_scaled_and_marked() -> None:
+    """Scaling as perf stat does, and rows marked scaled when a counter missed time in a slice."""
+    from dlprof.collectors.perf_event import scale
+    from dlprof.store.counter_deltas import CounterDeltas, CounterReading
+
+    assert scale(1_000, 400, 400) == 1_000  # on the PMU all the time: exact
+    assert scale(1_000, 400, 100) == 4_000  # a quarter of the time: times four
+    assert scale(1_000, 400, 0) == 0
+    deltas = CounterDeltas(["perf:cycles", "perf:task-clock"], "thread")
+    deltas.record(1, CounterReading((0, 0), (0, 0)), CounterReading((10, 5), (0, 0)))
+    deltas.record(2, CounterReading((10, 5), (0, 0)), CounterReading((50, 9), (300, 0)))
+    deltas.record(3, (0, 0), (1, 1))  # a plain reading (PAPI): exact
+    rows = [(r["slice_id"], r["metric"], r["method"]) for r in deltas.drain().to_pylist()]
+    assert rows == [(1, "perf:cycles", "exact"), (1, "perf:task-clock", "exact"),
+                    (2, "perf:cycles", "scaled"), (2, "perf:task-clock", "exact"),
+                    (3, "perf:cycles", "exact"), (3, "perf:task-clock", "exact")]
+
+
+def test_software_counters_read_with_their_times_are_never_scaled() -> None:
+    from dlprof.collectors.perf_event import PerfCounters
+    from dlprof.store.counter_deltas import CounterReading
+
+    counters = PerfCounters(["task-clock", "page-faults"])
+    if not counters.names:
+        pytest.skip(f"perf_event cannot count here: {counters.failed}")
+    before = counters.read()
+    sum(range(100_000))
+    after = counters.read()
+    counters.close()
+    assert isinstance(after, CounterReading)
+    assert after.unobserved_ns == before.unobserved_ns == (0,) * len(counters.names)
+    assert after[0] > before[0]
