@@ -210,7 +210,8 @@ def test_line_ids_fold_into_thread_ids() -> None:
 
 
 def test_device_planes_become_kernels_and_copies_linked_to_their_launches() -> None:
-    # No GPU here: an XSpace laid out as TensorFlow's CUPTI tracer writes one.
+    # No GPU here: an XSpace laid out as TensorFlow's CUPTI tracer writes one (stat names as
+    # xprof reads them); the real thing is untested.
     tensorflow()
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -237,8 +238,12 @@ def test_device_planes_become_kernels_and_copies_linked_to_their_launches() -> N
     launch = cupti.lines.add(id=-123456789, name="python", timestamp_ns=1000).events.add(
         metadata_id=1, offset_ps=1_000_000, duration_ps=500_000)
     launch.stats.add(metadata_id=1, uint64_value=42)
+    host = space.planes.add(name="/host:CPU")  # with a Python tracer's event, as JAX records them
+    host.event_metadata[1].id, host.event_metadata[1].name = 1, "$train.py:12 train_step"
+    host.lines.add(id=5, name="python", timestamp_ns=1000).events.add(metadata_id=1, offset_ps=0, duration_ps=9_000_000)
 
     slices = convert_xspace(space, XPlaneOptions(id_base=0)).slices.to_pandas().set_index("name")
+    assert slices.loc["train.py:12 train_step"].kind == "python"
     kernel_row, copy_row, launch_row = (slices.loc[n] for n in ("volta_sgemm_128x64_nn", "MemcpyH2D", "cuLaunchKernel"))
     assert (kernel_row.kind, kernel_row.device, kernel_row.tid, kernel_row.stream) == ("kernel", "cuda:0", 7, 7)
     assert kernel_row.start_ns == 1_700_000_000_000_000_000 + 1000 + 2000 and kernel_row.dur_ns == 5000
