@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,8 +87,14 @@ class TensorFlowCollector(Collector):
 
     def _tensorflow_imported(self, tensorflow: ModuleType) -> None:
         self._tf = tensorflow
-        if self._context.action is not Action.NONE:
+        if self._context.action is Action.NONE:
+            return
+        try:
             self._begin(self._context.action)
+        except Exception as failure:  # noqa: BLE001  this runs inside the program's `import tensorflow`
+            self._tf = None
+            self.notes.append(f"could not start TensorFlow's profiler: {type(failure).__name__}: {failure}")
+            print(f"dlprof: collector tensorflow: {self.notes[-1]}", file=sys.stderr)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         if self._tf is None:

@@ -139,6 +139,22 @@ def test_schedule_records_the_active_steps_only(tmp_path: Path) -> None:
     assert len(steps_in_profile) == 3, "profiled from the warm-up step to the last active one"
 
 
+def test_the_programs_own_profiler_keeps_its_profile(tmp_path: Path) -> None:
+    tf = sys.modules["tensorflow"]
+    tf.profiler.experimental.start(str(tmp_path / "mine"))
+    try:
+        with dlprof.profile(out=tmp_path / "run", collectors=("tensorflow",)) as prof:
+            tf.constant(1.0) + 1.0
+            prof.step()
+    finally:
+        tf.profiler.experimental.stop()
+    run = dlprof.load(tmp_path / "run")
+    assert run.status is RunStatus.COMPLETE
+    [info] = run.manifest.collectors
+    assert any("Another profiler is running" in note for note in info.notes)
+    assert xplane_files(tmp_path / "mine"), "the program's own profile is written as usual"
+
+
 def run_script(tmp_path: Path, source: str, collectors: tuple[str, ...] = ("tensorflow",)) -> dlprof.Run:
     """A script run as `dlprof run` runs it (in this process, where TensorFlow is loaded)."""
     script = tmp_path / "train.py"
