@@ -53,3 +53,16 @@ def test_bad_input_is_one_line(cnn_run: Path, args: list[str], message: str,
     assert main(["top", str(cnn_run), "--group-by", "type", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.tf
+def test_both_views_of_a_tensorflow_run(keras_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A run of dlprof's TensorFlow collector: ops grouped by type, and by name scope.
+    assert main(["top", str(keras_run), "--group-by", "type", "--limit", "0", "--format", "json"]) == 0
+    types = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    ops = dlprof.load(keras_run).slices
+    ops = ops[ops["kind"] == "op"]
+    assert types["MatMul"]["occurrence"] == (ops["op_type"] == "MatMul").sum() > 0
+    assert main(["tree", str(keras_run), "--min-percent", "0", "--format", "json"]) == 0
+    paths = {row["path"] for row in json.loads(capsys.readouterr().out)}
+    assert {scope for scope in ops["scope"].dropna().astype(str)} <= paths
