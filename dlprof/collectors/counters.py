@@ -164,8 +164,10 @@ def cupti_status() -> BackendStatus:
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return BackendStatus("CUPTI", False, "no CUDA driver (libcuda.so.1 not found)")
-    return BackendStatus("CUPTI", False, "no CUPTI counter collector in dlprof yet")
+        return BackendStatus("CUPTI", False, "no CUDA driver (libcuda.so.1 not found); without it "
+                             "cupti-python cannot load CUPTI, not even to list a chip's metrics")
+    return BackendStatus("CUPTI", True, "samples GPU metrics with --collectors cupti_metrics "
+                         "(--counters smsp__inst_executed.sum,...)")
 
 
 def nvml_status() -> BackendStatus:
