@@ -34,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import orjson
@@ -274,11 +274,13 @@ def kineto_owns_cupti(collectors: Iterable[str]) -> bool:
     return collector_class("torch").available()[0]
 
 
-class CuptiCollector(Collector):
-    name = "cupti"
-    description = "CUPTI Activity API: kernels, memcpy, memset, CUDA API calls (no PyTorch needed)"
+class CuptiBacked(Collector):
+    """A collector built on cupti-python: available where it is installed, a CUDA driver loads
+    and its module ``cupti_module`` imports."""
+
     requires = ("cupti", "gpu")
     distribution = "cupti-python"
+    cupti_module: ClassVar[str]
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -289,11 +291,16 @@ class CuptiCollector(Collector):
         if missing:
             return False, missing
         try:
-            importlib.import_module("cupti.cupti")
+            importlib.import_module(cls.cupti_module)
         except Exception as error:  # noqa: BLE001  a broken install is the reason
-            return False, f"cupti does not import: {type(error).__name__}: {error}"
+            return False, f"{cls.cupti_module} does not import: {type(error).__name__}: {error}"
         return True, ""
 
+
+class CuptiCollector(CuptiBacked):
+    name = "cupti"
+    description = "CUPTI Activity API: kernels, memcpy, memset, CUDA API calls (no PyTorch needed)"
+    cupti_module = "cupti.cupti"
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.cupti import driver_missing, sample_cupti_clock
+from dlprof.collectors.base import CollectorContext
+from dlprof.collectors.cupti import CuptiBacked, sample_cupti_clock
 from dlprof.collectors.sample_attribution import Attribution, attribute_samples
 from dlprof.keys import Kind, StoreTable
 from dlprof.schedule import Action
@@ -224,25 +224,10 @@ class _Device:
     values: list[np.ndarray] = field(default_factory=list)
 
 
-class PmSamplingCollector(Collector):
+class PmSamplingCollector(CuptiBacked):
     name = "cupti_metrics"
     description = "CUPTI PM sampling: GPU metrics over time, and per kernel by attribution"
-    requires = ("cupti", "gpu")
-    distribution = "cupti-python"
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        ok, reason = super().available()
-        if not ok:
-            return False, reason.replace("cupti is not installed", "cupti-python is not installed")
-        missing = driver_missing()
-        if missing:
-            return False, missing
-        try:
-            importlib.import_module("cupti.pm_sampling")
-        except Exception as error:  # noqa: BLE001  a broken install is the reason
-            return False, f"cupti.pm_sampling does not import: {type(error).__name__}: {error}"
-        return True, ""
+    cupti_module = "cupti.pm_sampling"
 
     def start(self, context: CollectorContext) -> None:
         self._context = context
