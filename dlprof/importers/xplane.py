@@ -149,7 +149,10 @@ def read_xspace(path: Path) -> Any:
         raw = path.read_bytes()
     except OSError as error:
         raise XPlaneError(f"{path}: cannot read ({error.strerror or error})") from None
-    space = xplane_module().XSpace()
+    try:
+        space = xplane_module().XSpace()
+    except XPlaneError as error:
+        raise XPlaneError(f"{path}: {error}") from None
     try:
         space.ParseFromString(raw)
     except Exception as error:  # noqa: BLE001  protobuf's DecodeError differs between its backends
