@@ -25,7 +25,7 @@ from types import FrameType, TracebackType
 from dlprof.clock import sample_clocks
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class
-from dlprof.config import RUNS_DIR, ProfileConfig
+from dlprof.config import DEFAULT_COLLECTORS, RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
 from dlprof.keys import Kind, RunStatus
@@ -170,7 +170,8 @@ class Session:
             self.manifest.collectors.append(info)
             if not ok:
                 info.notes.append(reason)
-                print(f"dlprof: collector {name} unavailable: {reason}", file=sys.stderr)
+                if not self._framework_absent_by_default(cls):
+                    print(f"dlprof: collector {name} unavailable: {reason}", file=sys.stderr)
                 continue
             collector = cls()
             collector.start(self._context)
@@ -310,6 +311,15 @@ class Session:
     def _save_metrics(self) -> None:
         if self._counter_deltas is not None:
             self.sink.append_metrics(self._counter_deltas.drain(), "session")
+
+    def _framework_absent_by_default(self, cls: type[Collector]) -> bool:
+        """A default collector for a framework that is not installed: the program cannot use
+        that framework either, so there is nothing to say (the manifest still notes it)."""
+        return (
+            self.config.collectors == DEFAULT_COLLECTORS
+            and cls.requires is not None
+            and importlib.util.find_spec(cls.requires[0]) is None
+        )
 
     def _collector_names(self) -> tuple[str, ...]:
         """The configured collectors, and in a torch job of several ranks the rank clock."""

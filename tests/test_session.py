@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -106,3 +108,21 @@ def test_schedule_string_is_validated() -> None:
         Action.NONE, Action.NONE, Action.WARMUP, Action.RECORD, Action.RECORD_AND_SAVE,
         Action.NONE, Action.NONE,
     ]
+
+
+def test_a_default_framework_collector_without_its_framework_is_quiet(tmp_path: Path) -> None:
+    # sys.modules[name] = None makes the package look absent to importlib, as on a machine without it.
+    program = (
+        "import sys; sys.modules['tensorflow'] = None\n"
+        "import dlprof\n"
+        "with dlprof.profile(out=sys.argv[1], collectors=eval(sys.argv[2]) or dlprof.config.DEFAULT_COLLECTORS):\n"
+        "    pass\n"
+    )
+    quiet = subprocess.run([sys.executable, "-c", program, str(tmp_path / "default"), "()"],
+                           check=False, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and "tensorflow" not in quiet.stderr
+    info = next(c for c in dlprof.load(tmp_path / "default").manifest.collectors if c.name == "tensorflow")
+    assert not info.active and "not installed" in info.notes[0]
+    asked = subprocess.run([sys.executable, "-c", program, str(tmp_path / "asked"), "('tensorflow',)"],
+                           check=False, capture_output=True, text=True, timeout=120)
+    assert "collector tensorflow unavailable: tensorflow is not installed" in asked.stderr
