@@ -73,11 +73,6 @@ DIFF_COLUMNS = [
 TOTAL_NAME = "[total]"
 
 
-def ranks_held(run: Run) -> list[int]:
-    """The ranks a run holds slices for, ascending."""
-    return sorted(int(r) for r in run.slices["rank"].dropna().unique())
-
-
 def _of_rank(run: Run, rank: int | None) -> pd.DataFrame:
     slices = run.slices
     return slices if rank is None else slices[slices["rank"] == rank]

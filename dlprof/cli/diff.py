@@ -16,11 +16,10 @@ from dlprof.analysis.diff import (
     choose_basis,
     diff,
     limit_names,
-    ranks_held,
     regressed,
     work_steps,
 )
-from dlprof.cli.common import UsageError, open_run
+from dlprof.cli.common import UsageError, check_rank, open_run
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import render_diff
@@ -132,9 +131,7 @@ def _ranks(text: str | None, runs: tuple[Run, Run]) -> RankPair:
         raise UsageError(f"--rank {text!r}: give a rank (0) or a rank per run (3:1)")
     wanted = (int(parts[0]), int(parts[-1]))
     for run, rank in zip(runs, wanted, strict=True):
-        held = ranks_held(run)
-        if rank not in held:
-            raise UsageError(f"{run.path}: no rank {rank}; this run has ranks: {', '.join(map(str, held)) or 'none'}")
+        check_rank(run, rank)
     return wanted
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dlprof.analysis.gpu import ALL, gpu_breakdown
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -64,11 +64,7 @@ def command(run: str | None, rank: int | None, fmt: str) -> int:
 
 def print_gpu(loaded: Run, rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
     """Print a run's GPU breakdown, or fail with one line saying why there is none."""
-    if rank is not None:
-        ranks = sorted({int(r) for r in loaded.slices["rank"].unique()})
-        if rank not in ranks:
-            held = ", ".join(map(str, ranks)) or "none"
-            raise UsageError(f"{loaded.path}: no rank {rank}; this run has ranks: {held}")
+    check_rank(loaded, rank)
     table = gpu_breakdown(loaded, rank)
     if table.empty:
         where = f" on rank {rank}" if rank is not None else ""

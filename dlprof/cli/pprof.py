@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dlprof.analysis.pprof import function_summaries, pprof_tables
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
 from dlprof.viewers.pprof_text import write_pprof
 
 HELP = """Print a run's flat profile per rank and thread, in TAU pprof's text layout.
@@ -36,11 +36,7 @@ def command(run: str | None, rank: int | None, limit: int) -> int:
     slices = loaded.slices
     if slices.empty:
         raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
-    ranks = sorted(int(r) for r in slices["rank"].unique())
-    if rank is not None and rank not in ranks:
-        raise UsageError(
-            f"{loaded.path}: no rank {rank}; this run has: {', '.join(map(str, ranks))}"
-        )
+    check_rank(loaded, rank)
     try:
         profiles = pprof_tables(loaded, rank=rank)
     except ValueError as error:

@@ -8,7 +8,7 @@ import click
 
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.tfprof import op_view
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -70,9 +70,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         raise UsageError(
             f"{loaded.path}: no slices of kind {kind!r}; this run has: {', '.join(present)}"
         )
-    ranks = sorted(int(r) for r in loaded.slices["rank"].unique())
-    if rank is not None and rank not in ranks:
-        raise UsageError(f"{loaded.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks))}")
+    check_rank(loaded, rank)
     if group_by is GroupKey.TYPE:
         _print_op_view(loaded, kind, by, limit, rank, fmt)
         return
