@@ -3,7 +3,8 @@
 Every table the views print is then a group-by, not a tree walk. Real traces break nesting
 (overlapping kernels on one stream, a child a few nanoseconds longer than its parent, identical
 timestamps); this is the one place that decides, and it counts what it decided so the manifest
-can say so: a CPU slice that overruns its parent is clipped to it; slices on a device stream
+can say so: a CPU slice that overruns its parent is clipped to it, unless most of it lies after
+the parent, in which case it starts where the parent ends instead; slices on a device stream
 never nest (a stream runs one piece of work after another), so overlaps there are kept and only
 counted.
 """
@@ -26,6 +27,8 @@ class NestingReport:
     """What :func:`nest_slices` changed to make the slices nest."""
 
     clipped_to_parent: int = 0
+    # CPU slices mostly outside the slice they started in, started at its end instead.
+    moved_past_parent: int = 0
     negative_durations: int = 0
     # Device slices starting before the previous one on their stream ends (kept as they are).
     overlapping_on_device: int = 0
@@ -86,7 +89,8 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
 
     Returns:
         The same slices sorted by (pid, device, tid, start), with ``dur_ns`` clipped to the
-        parent's end where a CPU child overran it, and ``depth``, ``parent_id``, ``self_ns`` set
+        parent's end where a CPU child overran it a little (``start_ns`` moved to that end
+        where the child lay mostly after it), and ``depth``, ``parent_id``, ``self_ns`` set
         (device slices: depth 0, no parent, self time their duration); and a report of what was
         changed or found.
     """
@@ -109,6 +113,7 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     parent = [-1] * n
     depth = [0] * n
     clipped = 0
+    moved = 0
     overlapping = 0
     stack: list[int] = []
     stream_end = 0
@@ -124,17 +129,28 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
             stream_end = max(stream_end, end[i])
             continue
         s = start[i]
-        while stack and s >= end[stack[-1]]:
-            stack.pop()
+        while True:
+            while stack and s >= end[stack[-1]]:
+                stack.pop()
+            if not stack or end[i] <= end[stack[-1]]:
+                break
+            top_end = end[stack[-1]]
+            if end[i] - top_end > top_end - s:
+                # Mostly after its would-be parent (a slice timed by one source starting inside
+                # a tiny one of another, such as the clock read that began it): start it there.
+                s = top_end
+                moved += 1
+                continue
+            end[i] = top_end  # a few nanoseconds past its parent: clip the overrun
+            clipped += 1
+            break
+        start[i] = s
         if stack:
-            top = stack[-1]
-            parent[i] = top
+            parent[i] = stack[-1]
             depth[i] = len(stack)
-            if end[i] > end[top]:
-                end[i] = end[top]
-                clipped += 1
         stack.append(i)
     report.clipped_to_parent = clipped
+    report.moved_past_parent = moved
     report.overlapping_on_device = overlapping
 
     sorted_table = table.take(pa.array(order))
@@ -148,6 +164,7 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     parent_id = pa.array(np.where(has_parent, ids[np.maximum(parent_pos, 0)], 0), mask=~has_parent)
 
     for name, values in (
+        ("start_ns", pa.array(np.asarray(start, dtype=np.int64))),
         ("dur_ns", pa.array(dur)),
         ("depth", pa.array(np.asarray(depth, dtype=np.int16))),
         ("parent_id", parent_id),

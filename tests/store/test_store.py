@@ -55,11 +55,27 @@ def test_nesting_sets_depth_parent_and_self_time() -> None:
 
 
 def test_nesting_clips_overrunning_child_and_counts_it() -> None:
-    nested, report = nest_slices(slices([(1, 1, "op", "parent", 0, 100), (2, 1, "op", "late", 90, 50)]))
+    nested, report = nest_slices(slices([(1, 1, "op", "parent", 0, 100), (2, 1, "op", "late", 60, 50)]))
     rows = by_name(nested)
     assert rows["late"]["parent_id"] == 1
-    assert rows["late"]["dur_ns"] == 10
-    assert report.clipped_to_parent == 1
+    assert (rows["late"]["start_ns"], rows["late"]["dur_ns"]) == (60, 40)
+    assert report.clipped_to_parent == 1 and report.moved_past_parent == 0
+
+
+def test_a_slice_mostly_after_the_one_it_started_in_starts_at_its_end() -> None:
+    # A layer timed by dlprof starts inside the 100 ns clock read torch's Python tracer recorded.
+    nested, report = nest_slices(slices([
+        (1, 1, "step", "step", 0, 10_000),
+        (2, 1, "python", "perf_counter_ns", 1_000, 100),
+        (3, 1, "module", "layer", 1_060, 5_000),
+        (4, 1, "op", "matmul", 2_000, 1_000),
+    ]))
+    rows = by_name(nested)
+    assert (rows["layer"]["start_ns"], rows["layer"]["dur_ns"]) == (1_100, 4_960)
+    assert rows["layer"]["parent_id"] == 1 and rows["layer"]["depth"] == 1
+    assert rows["matmul"]["parent_id"] == 3
+    assert rows["step"]["self_ns"] == 10_000 - 100 - 4_960
+    assert report.moved_past_parent == 1 and report.clipped_to_parent == 0
 
 
 def test_identical_timestamps_put_outer_kind_first() -> None:
