@@ -132,7 +132,7 @@ def test_unknown_rank_is_a_one_line_error(
     run = write_run(tmp_path / "tracks", SEVERAL_TRACKS)
     code, out, err = run_cli(["pprof", str(run), "--rank", "9"], capsys)
     assert code == 2 and out == ""
-    assert err == f"dlprof: error: {run}: no rank 9; this run has: 0, 1\n"
+    assert err == f"dlprof: error: {run}: no rank 9; this run has ranks: 0, 1\n"
 
 
 def test_limit_folds_the_rest_into_others(
