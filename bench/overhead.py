@@ -163,12 +163,15 @@ def bare_torch(export: bool) -> Callable[[Path], contextlib.AbstractContextManag
     return opened
 
 
-def with_dlprof(collectors: tuple[str, ...]) -> Callable[[Path], contextlib.AbstractContextManager[StepHook]]:
+def with_dlprof(collectors: tuple[str, ...] | None) -> Callable[[Path], contextlib.AbstractContextManager[StepHook]]:
+    """A dlprof session around the blocks of steps (collectors None: the default set)."""
+
     @contextlib.contextmanager
     def opened(scratch: Path) -> Iterator[StepHook]:
         out = scratch / f"run-{time.perf_counter_ns()}"
+        options: dict[str, Any] = {} if collectors is None else {"collectors": collectors}
         try:
-            with dlprof.profile(out=out, collectors=collectors) as session:
+            with dlprof.profile(out=out, **options) as session:
                 yield session.step
         finally:
             shutil.rmtree(out, ignore_errors=True)

@@ -39,7 +39,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -126,25 +125,9 @@ def tensorflow_profiler(scratch: Path) -> Iterator[StepHook]:
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def with_dlprof(collectors: tuple[str, ...] | None) -> Callable[[Path], contextlib.AbstractContextManager[StepHook]]:
-    @contextlib.contextmanager
-    def opened(scratch: Path) -> Iterator[StepHook]:
-        out = scratch / f"run-{time.perf_counter_ns()}"
-        options: dict[str, Any] = {} if collectors is None else {"collectors": collectors}
-        try:
-            with dlprof.profile(out=out, **options) as session:
-                yield session.step
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-
-    return opened
-
-
-@dataclass(frozen=True)
-class Config:
-    key: str
-    label: str
-    open: Callable[[Path], contextlib.AbstractContextManager[StepHook]]
+# A dlprof session around each block, and one configuration of the comparison: as for PyTorch.
+with_dlprof = torch_bench.with_dlprof
+Config = torch_bench.Config
 
 
 CONFIGS = (
