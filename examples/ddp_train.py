@@ -67,9 +67,10 @@ def main() -> None:
             loss = loss_fn(model(x), y)
             loss.backward()  # DDP all-reduces the gradients here
             optimizer.step()
-    dist.barrier()
     if rank == 0:
         print(f"trained {args.steps} steps on {world} ranks (pid {os.getpid()}), last loss {loss.item():.3f}")
+    # No barrier just before this: gloo's worker thread may still be freeing the barrier's work
+    # (which needs the GIL) when the group is destroyed (which joins it holding the GIL).
     dist.destroy_process_group()
 
 

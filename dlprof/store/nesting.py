@@ -3,8 +3,10 @@
 Every table the views print is then a group-by, not a tree walk. Real traces break nesting
 (overlapping kernels on one stream, a child a few nanoseconds longer than its parent, identical
 timestamps); this is the one place that decides, and it counts what it decided so the manifest
-can say so: a CPU slice that overruns its parent is clipped to it, unless most of it lies after
-the parent, in which case it starts where the parent ends instead; slices on a device stream
+can say so: a CPU slice that overruns its parent a little is clipped to it; one that lies mostly
+after the slice it started in (two sources timing neighbouring work) starts at that slice's end
+if it began late in it, or is extended back to contain it if it began early in it (a layer's
+backward starting inside the autograd op it runs); slices on a device stream
 never nest (a stream runs one piece of work after another), so overlaps there are kept and only
 counted.
 """
@@ -20,6 +22,8 @@ import pyarrow.compute as pc
 from dlprof.keys import NESTING_ORDER
 
 _UNRANKED = max(NESTING_ORDER.values()) + 1
+# Passes that may move slices before the last, which only clips.
+_ADJUSTING_PASSES = 3
 
 
 @dataclass
@@ -27,8 +31,10 @@ class NestingReport:
     """What :func:`nest_slices` changed to make the slices nest."""
 
     clipped_to_parent: int = 0
-    # CPU slices mostly outside the slice they started in, started at its end instead.
+    # CPU slices mostly after the slice they started in: started at its end when they began
+    # late in it, extended back to contain it when they began early in it.
     moved_past_parent: int = 0
+    extended_over_parent: int = 0
     negative_durations: int = 0
     # Device slices starting before the previous one on their stream ends (kept as they are).
     overlapping_on_device: int = 0
@@ -89,10 +95,10 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
 
     Returns:
         The same slices sorted by (pid, device, tid, start), with ``dur_ns`` clipped to the
-        parent's end where a CPU child overran it a little (``start_ns`` moved to that end
-        where the child lay mostly after it), and ``depth``, ``parent_id``, ``self_ns`` set
-        (device slices: depth 0, no parent, self time their duration); and a report of what was
-        changed or found.
+        parent's end where a CPU child overran it a little (``start_ns`` moved where it lay
+        mostly after the slice it began in: see the module's docstring), and ``depth``,
+        ``parent_id``, ``self_ns`` set (device slices: depth 0, no parent, self time their
+        duration); and a report of what was changed or found.
     """
     report = NestingReport()
     n = table.num_rows
@@ -103,55 +109,20 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     report.negative_durations = int(negative.sum())
     dur_in[negative] = 0
     table = table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur_in))
-    tracks = _sort(table)
-    order = tracks.order
-    start = table.column("start_ns").to_numpy(zero_copy_only=False)[order].tolist()
-    end = (table.column("start_ns").to_numpy(zero_copy_only=False) + dur_in)[order].tolist()
-    change = tracks.track_change.tolist()
-    on_device = tracks.on_device.tolist()
-
-    parent = [-1] * n
-    depth = [0] * n
-    clipped = 0
-    moved = 0
-    overlapping = 0
-    stack: list[int] = []
-    stream_end = 0
-    for i in range(n):
-        if change[i]:
-            stack.clear()
-            stream_end = start[i]
-        if on_device[i]:
-            # Work on a stream never contains other work: overlaps are the source's timing,
-            # kept (clipping would lose device time) and counted.
-            if start[i] < stream_end:
-                overlapping += 1
-            stream_end = max(stream_end, end[i])
-            continue
-        s = start[i]
-        while True:
-            while stack and s >= end[stack[-1]]:
-                stack.pop()
-            if not stack or end[i] <= end[stack[-1]]:
-                break
-            top_end = end[stack[-1]]
-            if end[i] - top_end > top_end - s:
-                # Mostly after its would-be parent (a slice timed by one source starting inside
-                # a tiny one of another, such as the clock read that began it): start it there.
-                s = top_end
-                moved += 1
-                continue
-            end[i] = top_end  # a few nanoseconds past its parent: clip the overrun
-            clipped += 1
+    # A slice moved to start elsewhere changes the order the next ones are nested in: nest
+    # again until nothing moves (a few passes at most), the last pass clipping only.
+    for attempt in range(_ADJUSTING_PASSES + 1):
+        moves = report.moved_past_parent + report.extended_over_parent
+        order, start, end, parent, depth = _nest_in_order(
+            table, report, extend=attempt < _ADJUSTING_PASSES
+        )
+        if report.moved_past_parent + report.extended_over_parent == moves:
             break
-        start[i] = s
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = len(stack)
-        stack.append(i)
-    report.clipped_to_parent = clipped
-    report.moved_past_parent = moved
-    report.overlapping_on_device = overlapping
+        starts, durs = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        starts[order] = start
+        durs[order] = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)
+        table = table.set_column(table.schema.get_field_index("start_ns"), "start_ns", pa.array(starts))
+        table = table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", pa.array(durs))
 
     sorted_table = table.take(pa.array(order))
     dur = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)
@@ -174,6 +145,71 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
             sorted_table.schema.get_field_index(name), name, values.cast(sorted_table.schema.field(name).type)
         )
     return sorted_table, report
+
+
+def _nest_in_order(
+    table: pa.Table, report: NestingReport, extend: bool
+) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
+    """One nesting pass over the slices in track order; adds what it changed to ``report``.
+
+    Returns:
+        The order (positions in ``table``), and per position in that order: start, end (both
+        as adjusted), parent position (-1: none) and depth.
+    """
+    tracks = _sort(table)
+    order = tracks.order
+    starts = table.column("start_ns").to_numpy(zero_copy_only=False)
+    start = starts[order].tolist()
+    end = (starts + table.column("dur_ns").to_numpy(zero_copy_only=False))[order].tolist()
+    change = tracks.track_change.tolist()
+    on_device = tracks.on_device.tolist()
+    n = len(start)
+    parent = [-1] * n
+    depth = [0] * n
+    overlapping = 0
+    stack: list[int] = []
+    stream_end = 0
+    for i in range(n):
+        if change[i]:
+            stack.clear()
+            stream_end = start[i]
+        if on_device[i]:
+            # Work on a stream never contains other work: overlaps are the source's timing,
+            # kept (clipping would lose device time) and counted.
+            if start[i] < stream_end:
+                overlapping += 1
+            stream_end = max(stream_end, end[i])
+            continue
+        while True:
+            while stack and start[i] >= end[stack[-1]]:
+                stack.pop()
+            if not stack or end[i] <= end[stack[-1]]:
+                break
+            top = stack[-1]
+            if not extend or end[i] - end[top] <= end[top] - start[i]:
+                end[i] = end[top]  # mostly inside its parent: clip the overrun
+                report.clipped_to_parent += 1
+                break
+            # Mostly after the slice it started in: two sources timed neighbouring work with
+            # their own clocks and hooks.
+            if 2 * (start[i] - start[top]) >= end[top] - start[top]:
+                # It began late in that slice (a layer timed from a hook that started inside
+                # the previous layer's last moment, or inside the clock read that timed it):
+                # it comes after it.
+                start[i] = end[top]
+                report.moved_past_parent += 1
+            else:
+                # It began early in it (a layer's backward starting inside the autograd op it
+                # runs): that slice is part of it.
+                start[i] = start[top]
+                stack.pop()
+                report.extended_over_parent += 1
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = len(stack)
+        stack.append(i)
+    report.overlapping_on_device = overlapping
+    return order, start, end, parent, depth
 
 
 def innermost_containing(

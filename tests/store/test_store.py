@@ -59,23 +59,28 @@ def test_nesting_clips_overrunning_child_and_counts_it() -> None:
     rows = by_name(nested)
     assert rows["late"]["parent_id"] == 1
     assert (rows["late"]["start_ns"], rows["late"]["dur_ns"]) == (60, 40)
-    assert report.clipped_to_parent == 1 and report.moved_past_parent == 0
+    assert report.clipped_to_parent == 1 and report.extended_over_parent == 0
 
 
-def test_a_slice_mostly_after_the_one_it_started_in_starts_at_its_end() -> None:
-    # A layer timed by dlprof starts inside the 100 ns clock read torch's Python tracer recorded.
+def test_a_slice_mostly_after_the_one_it_started_in_is_extended_to_contain_it() -> None:
+    # A layer's backward, timed by dlprof, starts inside the autograd op it runs (timed by
+    # torch) and ends long after it: the op is the layer's, so the layer contains it.
     nested, report = nest_slices(slices([
         (1, 1, "step", "step", 0, 10_000),
-        (2, 1, "python", "perf_counter_ns", 1_000, 100),
-        (3, 1, "module", "layer", 1_060, 5_000),
-        (4, 1, "op", "matmul", 2_000, 1_000),
+        (2, 1, "op", "evaluate_function: AddmmBackward0", 1_000, 300),
+        (3, 1, "module", "fc backward", 1_060, 5_000),
+        (4, 1, "op", "evaluate_function: TBackward0", 2_000, 1_000),
+        (5, 1, "op", "aten::mm", 1_100, 100),
     ]))
     rows = by_name(nested)
-    assert (rows["layer"]["start_ns"], rows["layer"]["dur_ns"]) == (1_100, 4_960)
-    assert rows["layer"]["parent_id"] == 1 and rows["layer"]["depth"] == 1
-    assert rows["matmul"]["parent_id"] == 3
-    assert rows["step"]["self_ns"] == 10_000 - 100 - 4_960
-    assert report.moved_past_parent == 1 and report.clipped_to_parent == 0
+    assert (rows["fc backward"]["start_ns"], rows["fc backward"]["dur_ns"]) == (1_000, 5_060)
+    assert rows["fc backward"]["parent_id"] == 1 and rows["fc backward"]["depth"] == 1
+    assert rows["evaluate_function: AddmmBackward0"]["parent_id"] == 3
+    assert rows["aten::mm"]["parent_id"] == 2 and rows["aten::mm"]["depth"] == 3
+    assert rows["evaluate_function: TBackward0"]["parent_id"] == 3
+    assert rows["fc backward"]["self_ns"] == 5_060 - 300 - 1_000
+    assert rows["step"]["self_ns"] == 10_000 - 5_060
+    assert report.extended_over_parent == 1 and report.clipped_to_parent == 0
 
 
 def test_identical_timestamps_put_outer_kind_first() -> None:
@@ -193,3 +198,17 @@ def test_device_streams_stay_flat_and_overlaps_are_counted() -> None:
     assert [rows[k]["depth"] for k in ("k1", "k2", "k3")] == [0, 0, 0]
     assert rows["k2"]["dur_ns"] == 100 and rows["k2"]["self_ns"] == 100, "device time is never clipped"
     assert report.overlapping_on_device == 1 and report.clipped_to_parent == 0
+
+
+def test_a_slice_that_began_late_in_the_one_before_comes_after_it() -> None:
+    # Two layers' backward slices from hooks on one autograd node: the later layer's start is
+    # read a moment before the earlier layer's end.
+    nested, report = nest_slices(slices([
+        (1, 1, "module", "relu backward", 1_000, 2_000),
+        (2, 1, "module", "conv backward", 2_950, 3_000),
+    ]))
+    rows = by_name(nested)
+    assert (rows["conv backward"]["start_ns"], rows["conv backward"]["dur_ns"]) == (3_000, 2_950)
+    assert rows["conv backward"]["parent_id"] is None and rows["conv backward"]["depth"] == 0
+    assert rows["relu backward"]["self_ns"] == 2_000
+    assert report.moved_past_parent == 1 and report.extended_over_parent == 0
