@@ -53,6 +53,8 @@ PERF_FLAG_FD_CLOEXEC = 1 << 3
 # read_format: each read also gives the ns the event was enabled and the ns it was on the PMU.
 PERF_FORMAT_TOTAL_TIME_ENABLED = 1 << 0
 PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
+# ... and one read of a group's leader gives every member's count (one syscall per reading).
+PERF_FORMAT_GROUP = 1 << 3
 # Bits of perf_event_attr's flag word.
 _INHERIT = 1 << 1
 _EXCLUDE_KERNEL = 1 << 5
@@ -175,8 +177,11 @@ def supported() -> tuple[bool, str]:
 
 
 def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
-               exclude_kernel: bool = False) -> int:
+               exclude_kernel: bool = False, group_fd: int | None = None) -> int:
     """Open one counting event for thread ``pid`` (0: the caller) on any CPU; returns its fd.
+
+    With ``group_fd`` the event joins a group: -1 makes it a leader, a leader's fd a member;
+    the group is read at once through its leader (:func:`read_group`).
 
     Raises:
         PerfEventError: with the errno and :func:`explain`'s words.
@@ -190,24 +195,28 @@ def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
         flags |= _EXCLUDE_KERNEL | _EXCLUDE_HV
     attr.flags = flags
     attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
+    if group_fd is not None:
+        attr.read_format |= PERF_FORMAT_GROUP
     number = SYSCALL_NUMBERS.get(platform.machine(), -1)
     fd = int(_libc_syscall()(ctypes.c_long(number), ctypes.byref(attr), ctypes.c_int(pid),
-                             ctypes.c_int(-1), ctypes.c_int(-1), ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC)))
+                             ctypes.c_int(-1), ctypes.c_int(-1 if group_fd is None else group_fd),
+                             ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC)))
     if fd < 0:
         code = ctypes.get_errno()
         raise PerfEventError(code, explain(code))
     return fd
 
 
-def _open_any_mode(spec: EventSpec, pid: int, inherit: bool, user_only: bool) -> tuple[int, bool]:
+def _open_any_mode(spec: EventSpec, pid: int, inherit: bool, user_only: bool,
+                   group_fd: int | None = None) -> tuple[int, bool]:
     """Open counting kernel mode too if allowed, else user mode only; returns (fd, user_only)."""
     if not user_only:
         try:
-            return open_event(spec, pid, inherit, exclude_kernel=False), False
+            return open_event(spec, pid, inherit, exclude_kernel=False, group_fd=group_fd), False
         except PerfEventError as error:
             if error.errno not in (errno.EACCES, errno.EPERM):
                 raise
-    return open_event(spec, pid, inherit, exclude_kernel=True), True
+    return open_event(spec, pid, inherit, exclude_kernel=True, group_fd=group_fd), True
 
 
 def _read(fd: int) -> tuple[int, int, int]:
@@ -243,6 +252,10 @@ class PerfCounters:
         self.failed: dict[str, str] = {}
         self.names: tuple[str, ...] = ()
         self._fds: list[list[int]] = []
+        # Thread scope: one group, read in one syscall through its leader (the first counter
+        # opened). Process scope counts each thread with inheritance, which groups cannot use.
+        self._grouped = scope == "thread"
+        self._leader: int | None = None
         ok, reason = supported()
         tids = [0] if scope == "thread" else sorted(int(t) for t in os.listdir("/proc/self/task"))
         opened: list[str] = []
@@ -257,16 +270,23 @@ class PerfCounters:
             fds: list[int] = []
             try:
                 for tid in tids:
-                    fd, self.user_only = _open_any_mode(spec, tid, scope == "process", self.user_only)
+                    group = (-1 if self._leader is None else self._leader) if self._grouped else None
+                    fd, self.user_only = _open_any_mode(spec, tid, scope == "process", self.user_only, group)
                     fds.append(fd)
             except PerfEventError as error:
                 for fd in fds:
                     os.close(fd)
                 self.failed[name] = error.strerror or str(error)
                 continue
+            if self._grouped and self._leader is None:
+                self._leader = fds[0]
             opened.append(name)
             self._fds.append(fds)
         self.names = tuple(opened)
+        # The group read's layout, built once: nr, time enabled, time running, then the counts.
+        self._unpack = struct.Struct(f"={3 + len(opened)}Q").unpack
+        self._group_bytes = 8 * (3 + len(opened))
+        self._never_missed = (0,) * len(opened)
 
     def read(self) -> CounterReading:
         """The current value of each open counter, scaled where it was multiplexed.
@@ -274,6 +294,13 @@ class PerfCounters:
         The reading also carries each counter's unobserved time (ns enabled but not on the PMU),
         from which the metrics rows of a slice are marked ``exact`` or ``scaled``.
         """
+        if self._leader is not None:
+            words = self._unpack(os.read(self._leader, self._group_bytes))
+            enabled, running, counts = words[1], words[2], words[3:]
+            if running >= enabled:  # never multiplexed: the hot path, no arithmetic
+                return CounterReading(counts, self._never_missed)
+            return CounterReading([scale(c, enabled, running) for c in counts],
+                                  [enabled - running] * len(counts))
         values: list[int] = []
         unobserved: list[int] = []
         for fds in self._fds:
@@ -291,6 +318,7 @@ class PerfCounters:
             for fd in fds:
                 os.close(fd)
         self._fds = []
+        self._leader = None
 
 
 def available_events() -> list[CounterInfo]:

@@ -43,7 +43,8 @@ class CounterDeltas:
         """
         self.metrics = list(metrics)
         self.scope = scope
-        self._codes = tuple(range(len(self.metrics)))
+        self._codes = array("i", range(len(self.metrics)))
+        self._never_scaled = array("b", bytes(len(self.metrics)))
         self._lock = threading.Lock()
         self._new_columns()
 
@@ -56,17 +57,22 @@ class CounterDeltas:
     def record(self, slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
         """Keep the deltas of one slice; a short or empty reading (another thread's region in
         thread scope, counters closed) records nothing."""
-        if not before or len(before) != len(after):
+        n = len(before)
+        if not n or n != len(after):
             return
-        missed = (tuple(b - a for a, b in zip(before.unobserved_ns, after.unobserved_ns, strict=True))
-                  if isinstance(before, CounterReading) and isinstance(after, CounterReading)
-                  else (0,) * len(before))
+        deltas = [last - first for first, last in zip(before, after, strict=True)]
+        missed_before = getattr(before, "unobserved_ns", None)
+        missed_after = getattr(after, "unobserved_ns", None)
+        if missed_before == missed_after:  # the common case: no counter was multiplexed
+            scaled: Sequence[int] = self._never_scaled
+        else:
+            scaled = [1 if b > a else 0 for a, b in zip(missed_before or (0,) * n, missed_after or (0,) * n,
+                                                         strict=True)]
         with self._lock:
-            for code, first, last in zip(self._codes, before, after, strict=True):
-                self._slice.append(slice_id)
-                self._code.append(code)
-                self._value.append(float(last - first))
-                self._scaled.append(1 if code < len(missed) and missed[code] > 0 else 0)
+            self._slice.extend((slice_id,) * n)
+            self._code.extend(self._codes)
+            self._value.extend(deltas)
+            self._scaled.extend(scaled)
 
     def drain(self) -> pa.Table:
         """Everything recorded since the last drain, as metrics-table rows."""

@@ -40,7 +40,7 @@ def test_page_faults_rise_when_fresh_memory_is_touched() -> None:
     opened = counters(["page-faults"])
     # A fresh anonymous mapping: its pages cannot have been touched before (a bytearray may
     # reuse memory the allocator already holds).
-    memory = mmap.mmap(-1, 64 << 20)
+    memory = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     before = opened.read()
     memory[::4096] = b"\1" * (len(memory) // 4096)
     after = opened.read()
@@ -136,3 +136,21 @@ def test_software_counters_read_with_their_times_are_never_scaled() -> None:
     assert isinstance(after, CounterReading)
     assert after.unobserved_ns == before.unobserved_ns == (0,) * len(counters.names)
     assert after[0] > before[0]
+
+
+
+def test_one_group_read_gives_every_counter() -> None:
+    # Thread-scope counters are one perf_event group, read in one syscall through its leader.
+    opened = counters(["task-clock", "page-faults", "context-switches"])
+    before = opened.read()
+    memory = mmap.mmap(-1, 16 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    memory[::4096] = b"\1" * (len(memory) // 4096)
+    memory.close()
+    deadline = time.thread_time_ns() + 2_000_000
+    while time.thread_time_ns() < deadline:
+        pass
+    after = opened.read()
+    opened.close()
+    assert len(after) == 3 and after.unobserved_ns == (0, 0, 0)
+    assert after[0] - before[0] >= 1_000_000, "task-clock counted the 2 ms of CPU"
+    assert after[1] > before[1], "page-faults counted the fresh pages"
