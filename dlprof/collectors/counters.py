@@ -25,7 +25,7 @@ from typing import Any
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
 from dlprof.collectors.pm_sampling import is_gpu_metric
-from dlprof.store.counter_deltas import CounterReading
+from dlprof.store.counter_deltas import CounterReading, unobserved_ns
 
 METRIC_PREFIX = "perf:"
 PAPI_PREFIX = "papi:"
@@ -233,7 +233,7 @@ class CountersCollector(Collector):
             return ()
         perf = self._counters.read()
         papi = self._papi.read()
-        return CounterReading((*perf, *papi), (*perf.unobserved_ns, *(0,) * len(papi)))
+        return CounterReading((*perf, *papi), (*unobserved_ns(perf), *(0,) * len(papi)))
 
     def stop(self) -> None:
         self._counters.close()

@@ -7,7 +7,8 @@
     counters.close()
 
 One file descriptor per counter (per thread, in process scope); ``read()`` returns one u64 per
-counter. Counters count from the moment they are opened (``disabled=0``), so a measurement is the
+counter. In thread scope the counters form one group under a leader that counts nothing, read
+in one syscall. Counters count from the moment they are opened, so a measurement is the
 difference of two readings.
 
 Scopes:
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import platform
 import struct
@@ -55,7 +57,11 @@ PERF_FORMAT_TOTAL_TIME_ENABLED = 1 << 0
 PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
 # ... and one read of a group's leader gives every member's count (one syscall per reading).
 PERF_FORMAT_GROUP = 1 << 3
+# ioctl enabling a whole group at once (linux/perf_event.h: _IO('$', 0), PERF_IOC_FLAG_GROUP).
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_IOC_FLAG_GROUP = 1
 # Bits of perf_event_attr's flag word.
+_DISABLED = 1 << 0
 _INHERIT = 1 << 1
 _EXCLUDE_KERNEL = 1 << 5
 _EXCLUDE_HV = 1 << 6
@@ -89,6 +95,11 @@ EVENTS: dict[str, EventSpec] = {
     "branch-instructions": EventSpec(PERF_TYPE_HARDWARE, 4, "branch instructions retired", "count"),
     "branch-misses": EventSpec(PERF_TYPE_HARDWARE, 5, "mispredicted branches", "count"),
 }
+
+# A software event that counts nothing, the leader of the group thread-scope counters form: a
+# clock event (task-clock) leading a group leaves its software siblings (page-faults)
+# uncounted on some kernels, so no real counter leads.
+GROUP_LEADER = EventSpec(PERF_TYPE_SOFTWARE, 9, "PERF_COUNT_SW_DUMMY: counts nothing", "")
 SCOPES = ("thread", "process")
 
 
@@ -177,7 +188,7 @@ def supported() -> tuple[bool, str]:
 
 
 def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
-               exclude_kernel: bool = False, group_fd: int | None = None) -> int:
+               exclude_kernel: bool = False, group_fd: int | None = None, disabled: bool = False) -> int:
     """Open one counting event for thread ``pid`` (0: the caller) on any CPU; returns its fd.
 
     With ``group_fd`` the event joins a group: -1 makes it a leader, a leader's fd a member;
@@ -190,7 +201,7 @@ def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
     attr.type = spec.type
     attr.size = PERF_ATTR_SIZE_VER5
     attr.config = spec.config
-    flags = _INHERIT if inherit else 0
+    flags = (_INHERIT if inherit else 0) | (_DISABLED if disabled else 0)
     if exclude_kernel:
         flags |= _EXCLUDE_KERNEL | _EXCLUDE_HV
     attr.flags = flags
@@ -208,15 +219,15 @@ def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
 
 
 def _open_any_mode(spec: EventSpec, pid: int, inherit: bool, user_only: bool,
-                   group_fd: int | None = None) -> tuple[int, bool]:
+                   group_fd: int | None = None, disabled: bool = False) -> tuple[int, bool]:
     """Open counting kernel mode too if allowed, else user mode only; returns (fd, user_only)."""
     if not user_only:
         try:
-            return open_event(spec, pid, inherit, exclude_kernel=False, group_fd=group_fd), False
+            return open_event(spec, pid, inherit, False, group_fd, disabled), False
         except PerfEventError as error:
             if error.errno not in (errno.EACCES, errno.EPERM):
                 raise
-    return open_event(spec, pid, inherit, exclude_kernel=True, group_fd=group_fd), True
+    return open_event(spec, pid, inherit, True, group_fd, disabled), True
 
 
 def _read(fd: int) -> tuple[int, int, int]:
@@ -252,11 +263,19 @@ class PerfCounters:
         self.failed: dict[str, str] = {}
         self.names: tuple[str, ...] = ()
         self._fds: list[list[int]] = []
-        # Thread scope: one group, read in one syscall through its leader (the first counter
-        # opened). Process scope counts each thread with inheritance, which groups cannot use.
-        self._grouped = scope == "thread"
+        # Thread scope: one group, read in one syscall through its leader (GROUP_LEADER).
+        # Process scope counts each thread with inheritance, which groups cannot use.
         self._leader: int | None = None
         ok, reason = supported()
+        if ok and scope == "thread":
+            try:
+                # Opened disabled and enabled with its members below: a group whose leader
+                # counts from its opening may not count its members until the thread is next
+                # scheduled in.
+                self._leader, self.user_only = _open_any_mode(GROUP_LEADER, 0, False, False, -1, True)
+            except PerfEventError:
+                self._leader = None  # no group here: each counter is read on its own
+        group = self._leader
         tids = [0] if scope == "thread" else sorted(int(t) for t in os.listdir("/proc/self/task"))
         opened: list[str] = []
         for name in names:
@@ -270,7 +289,6 @@ class PerfCounters:
             fds: list[int] = []
             try:
                 for tid in tids:
-                    group = (-1 if self._leader is None else self._leader) if self._grouped else None
                     fd, self.user_only = _open_any_mode(spec, tid, scope == "process", self.user_only, group)
                     fds.append(fd)
             except PerfEventError as error:
@@ -278,27 +296,28 @@ class PerfCounters:
                     os.close(fd)
                 self.failed[name] = error.strerror or str(error)
                 continue
-            if self._grouped and self._leader is None:
-                self._leader = fds[0]
             opened.append(name)
             self._fds.append(fds)
         self.names = tuple(opened)
-        # The group read's layout, built once: nr, time enabled, time running, then the counts.
-        self._unpack = struct.Struct(f"={3 + len(opened)}Q").unpack
-        self._group_bytes = 8 * (3 + len(opened))
-        self._never_missed = (0,) * len(opened)
+        if self._leader is not None:
+            fcntl.ioctl(self._leader, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
+        # The group read's layout, built once: nr, time enabled, time running, the leader's
+        # count (always 0), then the counters'.
+        self._unpack = struct.Struct(f"={4 + len(opened)}Q").unpack
+        self._group_bytes = 8 * (4 + len(opened))
 
-    def read(self) -> CounterReading:
+    def read(self) -> tuple[int, ...]:
         """The current value of each open counter, scaled where it was multiplexed.
 
-        The reading also carries each counter's unobserved time (ns enabled but not on the PMU),
-        from which the metrics rows of a slice are marked ``exact`` or ``scaled``.
+        A multiplexed reading is a :class:`CounterReading`, which also carries each counter's
+        unobserved time (ns enabled but not on the PMU), from which the metrics rows of a slice
+        are marked ``exact`` or ``scaled``; otherwise it is a plain tuple.
         """
         if self._leader is not None:
             words = self._unpack(os.read(self._leader, self._group_bytes))
-            enabled, running, counts = words[1], words[2], words[3:]
-            if running >= enabled:  # never multiplexed: the hot path, no arithmetic
-                return CounterReading(counts, self._never_missed)
+            enabled, running, counts = words[1], words[2], words[4:]
+            if running >= enabled:  # never multiplexed: the hot path, a plain tuple
+                return counts
             return CounterReading([scale(c, enabled, running) for c in counts],
                                   [enabled - running] * len(counts))
         values: list[int] = []
@@ -318,7 +337,9 @@ class PerfCounters:
             for fd in fds:
                 os.close(fd)
         self._fds = []
-        self._leader = None
+        if self._leader is not None:
+            os.close(self._leader)
+            self._leader = None
 
 
 def available_events() -> list[CounterInfo]:

@@ -7,7 +7,6 @@ taken at its boundaries); :meth:`CounterDeltas.drain` turns them into metrics-ta
 from __future__ import annotations
 
 import threading
-from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +28,11 @@ class CounterReading(tuple[int, ...]):
         return reading
 
 
+def unobserved_ns(reading: tuple[int, ...]) -> tuple[int, ...]:
+    """Per counter, the ns it was enabled but not counting (none for a plain tuple)."""
+    return getattr(reading, "unobserved_ns", None) or (0,) * len(reading)
+
+
 EXACT = "exact"
 SCALED = "scaled"
 
@@ -43,52 +47,37 @@ class CounterDeltas:
         """
         self.metrics = list(metrics)
         self.scope = scope
-        self._codes = array("i", range(len(self.metrics)))
-        self._never_scaled = array("b", bytes(len(self.metrics)))
         self._lock = threading.Lock()
-        self._new_columns()
-
-    def _new_columns(self) -> None:
-        self._slice = array("q")
-        self._code = array("i")
-        self._value = array("d")
-        self._scaled = array("b")
+        self._pending: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
 
     def record(self, slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
         """Keep the deltas of one slice; a short or empty reading (another thread's region in
-        thread scope, counters closed) records nothing."""
-        n = len(before)
-        if not n or n != len(after):
-            return
-        deltas = [last - first for first, last in zip(before, after, strict=True)]
-        missed_before = getattr(before, "unobserved_ns", None)
-        missed_after = getattr(after, "unobserved_ns", None)
-        if missed_before == missed_after:  # the common case: no counter was multiplexed
-            scaled: Sequence[int] = self._never_scaled
-        else:
-            scaled = [1 if b > a else 0 for a, b in zip(missed_before or (0,) * n, missed_after or (0,) * n,
-                                                         strict=True)]
+        thread scope, counters closed) records nothing. The readings are kept as they are and
+        subtracted when drained: this runs at every region's end."""
         with self._lock:
-            self._slice.extend((slice_id,) * n)
-            self._code.extend(self._codes)
-            self._value.extend(deltas)
-            self._scaled.extend(scaled)
+            self._pending.append((slice_id, before, after))
 
     def drain(self) -> pa.Table:
         """Everything recorded since the last drain, as metrics-table rows."""
         with self._lock:
-            slices, codes, values, scaled = self._slice, self._code, self._value, self._scaled
-            self._new_columns()
-        n = len(slices)
+            pending, self._pending = self._pending, []
+        width = len(self.metrics)
+        kept = [(slice_id, before, after) for slice_id, before, after in pending
+                if len(before) == width and len(after) == width and width]
+        n = len(kept) * width
+        slices = np.repeat(np.array([k[0] for k in kept], dtype=np.int64), width)
+        codes = np.tile(np.arange(width, dtype=np.int32), len(kept))
+        before = np.array([k[1] for k in kept], dtype=np.int64).reshape(n)
+        after = np.array([k[2] for k in kept], dtype=np.int64).reshape(n)
+        missed_before = np.array([unobserved_ns(k[1]) for k in kept], dtype=np.int64).reshape(n)
+        missed_after = np.array([unobserved_ns(k[2]) for k in kept], dtype=np.int64).reshape(n)
+        scaled = (missed_after > missed_before).astype(np.int8)
         return pa.table(
             {
-                "slice_id": pa.array(np.frombuffer(slices, dtype=np.int64)),
-                "metric": pa.DictionaryArray.from_arrays(
-                    pa.array(np.frombuffer(codes, dtype=np.int32)), pa.array(self.metrics, pa.string())
-                ),
-                "value": pa.array(np.frombuffer(values, dtype=np.float64)),
-                "scope": pa.array([self.scope] * n).dictionary_encode(),
-                "method": pa.DictionaryArray.from_arrays(
-                    pa.array(np.frombuffer(scaled, dtype=np.int8)), pa.array([EXACT, SCALED])),
+                "slice_id": pa.array(slices),
+                "metric": pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(self.metrics, pa.string())),
+                "value": pa.array((after - before).astype(np.float64)),
+                "scope": pa.array([self.scope] * n, pa.string()).dictionary_encode(),
+                "method": pa.DictionaryArray.from_arrays(pa.array(scaled), pa.array([EXACT, SCALED])),
             }
         )
