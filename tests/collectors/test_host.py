@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -21,3 +22,7 @@ def test_host_samples_cpu_and_memory(tmp_path: Path) -> None:
     assert (rss["value"] > 10 << 20).all() and set(rss["unit"]) == {"bytes"}
     assert cpu["value"].max() > 20, "a busy loop shows as CPU use"
     assert rss["ts_ns"].is_monotonic_increasing
+    system = counters[counters["track"] == "host.system_cpu_percent"]["value"]
+    assert len(system) == len(rss) and system.between(0, 100).all()
+    # The loop kept one core busy: the process's CPU over the run is about one core's worth.
+    assert 30 < cpu["value"].mean() < 100 * (os.cpu_count() or 1) + 5
