@@ -256,9 +256,14 @@ class Session:
             if report is not None:
                 report("dlprof: writing the run")
             self._save()
-            counts, nesting = self._writer.compact()
-            self.manifest.counts = counts
-            self.manifest.normalised = nesting.as_counts()
+            try:
+                counts, nesting = self._writer.compact()
+                self.manifest.counts = counts
+                self.manifest.normalised = nesting.as_counts()
+            except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
+                note = f"compacting failed ({type(failure).__name__}: {failure}); read from its chunks"
+                self.manifest.notes.append(note)
+                print(f"dlprof: {note}", file=sys.stderr)
             self.manifest.status = status_for(error)
             self.manifest.exit_code = exit_code
             if error is not None and self.manifest.status is not RunStatus.COMPLETE:

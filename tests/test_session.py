@@ -126,3 +126,17 @@ def test_a_default_framework_collector_without_its_framework_is_quiet(tmp_path: 
     asked = subprocess.run([sys.executable, "-c", program, str(tmp_path / "asked"), "('tensorflow',)"],
                            check=False, capture_output=True, text=True, timeout=120)
     assert "collector tensorflow unavailable: tensorflow is not installed" in asked.stderr
+
+
+def test_a_run_whose_compaction_fails_is_still_closed(tmp_path: Path) -> None:
+    with dlprof.profile(out=tmp_path / "run", collectors=()) as prof:
+        with dlprof.region("work"):
+            pass
+        prof.step()
+        # A damaged chunk (a full disk, say) makes merging the chunks fail at the end.
+        chunk = tmp_path / "run" / "slices" / "rank=0" / "chunk-damaged-000000.parquet"
+        chunk.parent.mkdir(parents=True, exist_ok=True)
+        chunk.write_bytes(b"not parquet")
+    manifest = dlprof.load(tmp_path / "run").manifest
+    assert manifest.status is RunStatus.COMPLETE
+    assert manifest.notes and manifest.notes[0].startswith("compacting failed")

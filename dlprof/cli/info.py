@@ -88,6 +88,8 @@ def print_info(run: Run, console: Console) -> None:
     facts.add_row("on disk", Text(human_size(run_size(run.path))))
     normalised = ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in manifest.normalised.items())
     facts.add_row("normalised", Text(normalised or "nothing changed"))
+    for note in manifest.notes:
+        facts.add_row("note", Text(note))
     console.print(facts)
     console.print(_collectors(run))
     if manifest.clocks:

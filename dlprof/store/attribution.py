@@ -47,6 +47,8 @@ def attribute_memory(slices: pa.Table, memory: pa.Table) -> tuple[pa.Table, pa.T
     found = np.full(memory.num_rows, -1, dtype=np.int64)  # position in slices
     for pid, tid in set(zip(memory_pid[unowned].tolist(), memory_tid[unowned].tolist(), strict=True)):
         candidates = np.flatnonzero(is_op & (slice_pid == pid) & (slice_tid == tid))
+        if len(candidates) == 0:
+            continue  # a thread that allocated but ran no op (an allocator's own thread)
         points = np.flatnonzero(unowned & (memory_pid == pid) & (memory_tid == tid))
         inner = innermost_containing(start[candidates], end[candidates], ts[points])
         found[points] = np.where(inner >= 0, candidates[np.maximum(inner, 0)], -1)

@@ -96,6 +96,8 @@ class Manifest:
     counts: dict[str, int] = field(default_factory=dict)
     # What normalising the slices changed, e.g. {"clipped_to_parent": 3}.
     normalised: dict[str, int] = field(default_factory=dict)
+    # What went wrong while saving the run, in words (the data kept is still readable).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def duration_ns(self) -> int:

@@ -42,3 +42,21 @@ def pd_isna(value: object) -> bool:
     import pandas as pd
 
     return bool(pd.isna(value))
+
+
+def test_allocations_on_a_thread_without_ops_stay_unowned(tmp_path: Path) -> None:
+    # TensorFlow's allocator records some allocations on threads that run no op.
+    Manifest(name="t", command=["t"]).write(tmp_path)
+    writer = RankWriter(tmp_path, 0)
+    writer.write_chunk(StoreTable.SLICES, pa.table({
+        "id": [1], "pid": [9], "tid": [1], "device": pa.array(["cpu"]).dictionary_encode(),
+        "kind": pa.array(["op"]).dictionary_encode(), "name": pa.array(["op"]).dictionary_encode(),
+        "start_ns": [0], "dur_ns": [100],
+    }), "test")
+    writer.write_chunk(StoreTable.MEMORY, pa.table({
+        "pid": [9, 9], "tid": [1, 5], "ts_ns": [50, 50], "bytes": [64, 32],
+        "device": pa.array(["cpu"] * 2).dictionary_encode(),
+    }), "test")
+    writer.compact()
+    memory = dlprof.load(tmp_path).memory.sort_values("tid")
+    assert memory["slice_id"].iloc[0] == 1 and pd_isna(memory["slice_id"].iloc[1])
