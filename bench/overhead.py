@@ -190,7 +190,7 @@ CONFIGS = (
     Config("A", "unprofiled", unprofiled),
     Config("B", "torch.profiler, on_trace_ready no-op", bare_torch(export=False)),
     Config("Bx", "torch.profiler, exports Chrome trace", bare_torch(export=True)),
-    Config("C", "dlprof torch+layers+host", with_dlprof(("torch", "layers", "host"))),
+    Config("C", "dlprof default collectors", with_dlprof(None)),
     Config("D", "dlprof torch", with_dlprof(("torch",))),
     Config("E", "dlprof layers", with_dlprof(("layers",))),
 )
