@@ -6,13 +6,12 @@ which lowers its own priority so the program it profiles keeps the CPU.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlprof.collectors.profiler_cycles import child_main
+from dlprof.collectors.profiler_cycles import JsonJob, child_main
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.store.ids import SLOT_KINETO, id_base
 from dlprof.store.sink import Sink
@@ -23,8 +22,11 @@ CYCLE_ID_BITS = 24
 
 
 @dataclass(frozen=True)
-class CycleJob:
+class CycleJob(JsonJob):
     """Where one cycle's trace is and where its rows go."""
+
+    PATHS = ("trace", "run_dir")
+    PAIRS = ("marker_window_ns",)
 
     trace: Path
     run_dir: Path
@@ -33,24 +35,6 @@ class CycleJob:
     pid: int
     # dlprof-clock epoch ns just before and after the clock marker range, if one was recorded.
     marker_window_ns: tuple[int, int] | None
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["trace"], data["run_dir"] = str(self.trace), str(self.run_dir)
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> CycleJob:
-        data = json.loads(text)
-        window = data["marker_window_ns"]
-        return cls(
-            trace=Path(data["trace"]),
-            run_dir=Path(data["run_dir"]),
-            rank=data["rank"],
-            cycle=data["cycle"],
-            pid=data["pid"],
-            marker_window_ns=tuple(window) if window else None,
-        )
 
 
 def convert_cycle(job: CycleJob) -> dict[str, Any]:

@@ -15,6 +15,7 @@ it from the user's terminal and passes on everything else.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,13 +26,32 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 
 class Job(Protocol):
     """One saved cycle to convert; the child process reads it back from JSON."""
 
     def to_json(self) -> str: ...
+
+
+class JsonJob:
+    """A frozen dataclass handed to a child process as JSON, its paths and pairs restored by name."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ()
+    PAIRS: ClassVar[tuple[str, ...]] = ()  # (int, int) or None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), default=str)  # type: ignore[call-overload]  # subclasses are dataclasses
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        data = json.loads(text)
+        for name in cls.PATHS:
+            data[name] = Path(data[name])
+        for name in cls.PAIRS:
+            data[name] = tuple(data[name]) if data[name] else None
+        return cls(**data)
 
 
 JobT = TypeVar("JobT", bound=Job)

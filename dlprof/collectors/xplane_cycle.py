@@ -9,7 +9,6 @@ profiler opens them too (``tensorboard --logdir RUN/tensorflow/rank=0``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlprof.collectors.kineto_cycle import CYCLE_ID_BITS
-from dlprof.collectors.profiler_cycles import child_main
+from dlprof.collectors.profiler_cycles import JsonJob, child_main
 from dlprof.importers.xplane import (
     XPLANE_SUFFIX,
     EmptyProfileError,
@@ -32,8 +31,11 @@ from dlprof.store.writer import RankWriter
 
 
 @dataclass(frozen=True)
-class XPlaneJob:
+class XPlaneJob(JsonJob):
     """Where one cycle's XPlane is and how its rows are placed."""
+
+    PATHS = ("logdir", "run_dir")
+    PAIRS = ("marker_window_ns",)
 
     logdir: Path  # what tf.profiler.experimental.start was given
     run_dir: Path
@@ -44,19 +46,6 @@ class XPlaneJob:
     marker_window_ns: tuple[int, int] | None
     marker_tid: int | None
     keep_from_ns: int | None  # the first recorded step's start: warm-up steps are left out
-
-    def to_json(self) -> str:
-        data = dataclasses.asdict(self)
-        data["logdir"], data["run_dir"] = str(self.logdir), str(self.run_dir)
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> XPlaneJob:
-        data = json.loads(text)
-        window = data["marker_window_ns"]
-        data["marker_window_ns"] = tuple(window) if window else None
-        data["logdir"], data["run_dir"] = Path(data["logdir"]), Path(data["run_dir"])
-        return cls(**data)
 
     def files(self) -> list[Path]:
         """The XPlane files TensorFlow wrote for this cycle (one per host)."""
