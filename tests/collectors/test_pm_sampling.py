@@ -36,9 +36,7 @@ from dlprof.schedule import Action
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
-
-HAS_CUPTI = importlib.util.find_spec("cupti") is not None
-needs_cupti = pytest.mark.skipif(not HAS_CUPTI, reason="cupti-python is not installed (dlprof[gpu])")
+from tests.collectors.test_cupti import HAS_CUPTI, needs_cupti
 
 
 def test_gpu_metric_names_are_told_from_cpu_counters() -> None:

@@ -38,6 +38,14 @@ def op_name(event: Event) -> str:
     return CALL_PREFIX.sub("", event.name[: -len(event.display_name) - 1])
 
 
+def ops_matching_the_profile(run: dlprof.Run, xplane: Path) -> pd.DataFrame:
+    """The run's op slices, after checking they are the profile's op events (name, raw type)."""
+    expected = Counter((op_name(e), e.display_name) for e in op_events(xplane))
+    ops = run.slices[run.slices.kind == "op"]
+    assert Counter(zip(ops.name, ops.category, strict=True)) == expected
+    return ops
+
+
 def profile_start(path: Path) -> int:
     [task] = [p for p in read_xspace(path).planes if p.name == "Task Environment"]
     names = {m.id: m.name for m in task.stat_metadata.values()}
@@ -53,9 +61,7 @@ def imported(tf_profile: Path, tmp_path_factory: pytest.TempPathFactory) -> dlpr
 
 
 def test_every_op_event_is_an_op_slice_with_its_types(tf_profile: Path, imported: dlprof.Run) -> None:
-    expected = Counter((op_name(e), e.display_name) for e in op_events(tf_profile))
-    ops = imported.slices[imported.slices.kind == "op"]
-    assert Counter(zip(ops.name, ops.category, strict=True)) == expected
+    ops = ops_matching_the_profile(imported, tf_profile)
     assert {"_MklNativeFusedMatMul", "_MklMatMul"} <= set(ops.category), "oneDNN kernels, as TensorFlow names them"
     for raw, logical in zip(ops.category, ops.op_type, strict=True):
         if not raw.startswith("_"):
