@@ -5,7 +5,7 @@ there land in the child's copy of the slice buffer. :class:`ForkFollower` restar
 with the child's pid and an id slot of its own, and saves it as chunks of the same rank when the
 child exits, so a worker's slices sit beside the step that waited for them::
 
-    follower = ForkFollower(session.slices, session.sink, on_child=session.drop_parent_state)
+    follower = ForkFollower(session.slices, session.sink, on_child=forget_parent_collectors)
     follower.follow()      # at start
     follower.unfollow()    # at stop
 
