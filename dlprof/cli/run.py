@@ -127,7 +127,7 @@ def _counters(text: str | None) -> tuple[str, ...]:
     if text is None:
         return ()
     from dlprof.collectors.counters import known_counter
-    from dlprof.collectors.perf_event import EVENTS
+    from dlprof.support.perf_event import EVENTS
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if not known_counter(n)]

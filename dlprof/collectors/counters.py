@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
 from dlprof.collectors.pm_sampling import is_gpu_metric
 from dlprof.store.counter_deltas import CounterReading, unobserved_ns
+from dlprof.support.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
 
 METRIC_PREFIX = "perf:"
 PAPI_PREFIX = "papi:"

@@ -13,7 +13,7 @@ CUPTI allows one subscriber per process. When the ``torch`` collector is on in t
 Kineto owns CUPTI and kernels come from it: this collector then does not subscribe and says so in
 the manifest.
 
-Kernel names are demangled (:mod:`dlprof.collectors.demangle`) as Kineto demangles them;
+Kernel names are demangled (:mod:`dlprof.support.demangle`) as Kineto demangles them;
 peer-to-peer copies (MEMCPY2) carry their source and destination devices in ``args`` under
 Kineto's keys. Records CUPTI dropped for want of buffer space are counted in the manifest notes.
 
@@ -41,11 +41,11 @@ import orjson
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.demangle import demangle
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.ids import SLOT_CUPTI, id_base
 from dlprof.store.manifest import ClockDomain
+from dlprof.support.demangle import demangle
 
 ARBITRATION_NOTE = "Kineto (torch collector) owns CUPTI in this process; kernels come from it"
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"

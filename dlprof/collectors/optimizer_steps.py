@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
-from dlprof.collectors.import_watch import when_imported
+from dlprof.support.import_watch import when_imported
 
 _WRAPPED = "_dlprof_step_wrapper"
 

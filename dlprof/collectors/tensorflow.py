@@ -1,7 +1,7 @@
 """The TensorFlow collector: TensorFlow's own profiler (XPlane) for ops, Keras layers, XLA ops,
 tf.data and allocator events.
 
-The collector waits for the program to import TensorFlow (:mod:`dlprof.collectors.import_watch`)
+The collector waits for the program to import TensorFlow (:mod:`dlprof.support.import_watch`)
 rather than importing it: in a PyTorch program it does nothing and costs nothing. Once
 TensorFlow is there, ``tf.profiler.experimental.start/stop`` run once per profiling cycle of the
 session's schedule (started at a cycle's first warm-up or recorded step, stopped after its last
@@ -29,13 +29,13 @@ from types import ModuleType
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.import_watch import ImportWatch, when_imported
 from dlprof.collectors.keras_steps import KerasFitSteps
 from dlprof.collectors.profiler_cycles import BackgroundConverter, hidden_chatter
 from dlprof.collectors.xplane_cycle import XPlaneJob, convert_cycle
 from dlprof.importers.kineto import CLOCK_MARKER
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
+from dlprof.support.import_watch import ImportWatch, when_imported
 
 # What TensorFlow's profiler logs on fd 2 when it starts and stops (absl INFO lines of its
 # profiler sources), and absl's note that logging is not initialised.

@@ -311,7 +311,7 @@ def test_a_real_cuda_program_is_traced(tmp_path: Path) -> None:
 
 
 def test_kernel_names_are_demangled_as_cxxfilt_does() -> None:
-    from dlprof.collectors.demangle import demangle
+    from dlprof.support.demangle import demangle
 
     symbols = ["_Z6saxpyifPfS_",
                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"]

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 import dlprof
-from dlprof.collectors.import_watch import when_imported
 from dlprof.collectors.profiler_cycles import hidden_chatter
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
 from dlprof.runner import Target, run_target
+from dlprof.support.import_watch import when_imported
 from tests.exporters.test_chrome import EXPECTED_CATEGORY
 from tests.exporters.test_perfetto import export
 from tests.importers.test_xplane import dense_scopes, op_events, op_name, ops_matching_the_profile
