@@ -9,7 +9,8 @@ buffer-completed callback on CUPTI's own thread. That callback copies each recor
 fixed-shape :class:`Record` tuple and nothing more (STYLE: drain device buffers on a background
 thread); :func:`records_to_slices`, a pure function, turns the tuples into slices at save time.
 
-CUPTI allows one subscriber per process. When the ``torch`` collector is on in the same session,
+CUPTI allows one subscriber per process; the session decides which collector subscribes
+(:func:`dlprof.collectors.registry.cupti_owner`). When the ``torch`` collector is on in the same session,
 Kineto owns CUPTI and kernels come from it: this collector then does not subscribe and says so in
 the manifest.
 
@@ -33,7 +34,7 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -265,15 +266,6 @@ def driver_missing() -> str:
     return ""
 
 
-def kineto_owns_cupti(collectors: Iterable[str]) -> bool:
-    """Whether the torch collector is selected and can run, so that Kineto subscribes to CUPTI."""
-    if "torch" not in collectors:
-        return False
-    from dlprof.collectors.registry import collector_class
-
-    return collector_class("torch").available()[0]
-
-
 class CuptiBacked(Collector):
     """A collector built on cupti-python: available where it is installed, a CUDA driver loads
     and its module ``cupti_module`` imports."""
@@ -301,6 +293,7 @@ class CuptiCollector(CuptiBacked):
     name = "cupti"
     description = "CUPTI Activity API: kernels, memcpy, memset, CUDA API calls (no PyTorch needed)"
     cupti_module = "cupti.cupti"
+    cupti_priority = 1
 
     def start(self, context: CollectorContext) -> None:
         self._context = context
@@ -312,7 +305,7 @@ class CuptiCollector(CuptiBacked):
         self._next_id = id_base(context.config.rank, SLOT_CUPTI)
         self._failed_callbacks = 0
         self._dropped = 0
-        if kineto_owns_cupti(context.config.collectors):
+        if context.cupti_owner != self.name:
             # One CUPTI subscriber per process: a second one fails or steals Kineto's records.
             self.notes.append(ARBITRATION_NOTE)
             self.active = False

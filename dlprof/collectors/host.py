@@ -73,6 +73,7 @@ class HostCollector(Collector):
     name = "host"
     description = "process CPU %, resident memory, system CPU %, sampled"
     requires = ("psutil", "")
+    default = True
 
     def start(self, context: CollectorContext) -> None:
         self._context = context
