@@ -36,11 +36,13 @@ def _tail(path: Path) -> str:
     return " / ".join(line.strip() for line in text.splitlines()[-6:] if line.strip())
 
 
-def _parts(result: Path) -> list[Part]:
+def _parts(result: Path) -> tuple[list[Part], bool]:
+    """The parts a check wrote, and whether it says it ran to its end."""
     try:
-        return [Part.from_json(p) for p in json.loads(result.read_text())["parts"]]
+        data = json.loads(result.read_text())
+        return [Part.from_json(p) for p in data["parts"]], bool(data.get("complete"))
     except (OSError, ValueError, KeyError, TypeError):
-        return []
+        return [], False
 
 
 def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: dict[str, str]) -> CheckResult:
@@ -74,16 +76,19 @@ def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: d
             process.wait()
             code = None
     seconds = time.monotonic() - started
-    parts = _parts(result)
+    parts, complete = _parts(result)
     if code is None:
-        ended = Part("the check finished in time", Status.COULD_NOT_RUN,
-                     f"killed after {timeout_s:.0f} s with everything it started; last output: {_tail(log_path)}")
-    elif code != 0 or not parts:
-        ended = Part("the check ran to its end", Status.COULD_NOT_RUN,
-                     f"its process exited {code} without a result; last output: {_tail(log_path)}")
-    else:
+        parts.append(Part("the check finished in time", Status.COULD_NOT_RUN,
+                          f"killed after {timeout_s:.0f} s with everything it started; last output: "
+                          f"{_tail(log_path)}"))
+    elif code != 0:
+        parts.append(Part("the check ran to its end", Status.COULD_NOT_RUN,
+                          f"its process exited {code}; last output: {_tail(log_path)}"))
+    elif complete:
         return CheckResult.of(spec.name, spec.title, parts, seconds, spec.covers)
+    if not parts:
+        parts.append(Part("the check ran to its end", Status.COULD_NOT_RUN,
+                          f"it wrote no result; last output: {_tail(log_path)}"))
     # A check cut short has not passed, whatever it had found so far.
-    parts.append(ended)
     status = Status.FAILED if any(p.status is Status.FAILED for p in parts) else Status.COULD_NOT_RUN
-    return CheckResult(spec.name, spec.title, status, ended.detail, tuple(parts), seconds, spec.covers)
+    return CheckResult(spec.name, spec.title, status, parts[-1].detail, tuple(parts), seconds, spec.covers)

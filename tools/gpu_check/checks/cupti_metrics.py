@@ -34,6 +34,8 @@ ROOFLINE = "memory-bound and compute-bound kernels on their sides of the rooflin
 NO_ROOFLINE = "no roofline command yet"
 # Columns a roofline table might name its verdict by; the first found is read.
 _BOUND_COLUMNS = ("bound", "bound_by", "limited_by", "side", "regime")
+# Counts every kernel that ran has more than none of; global loads may be none (fma_loop's are).
+NEVER_ZERO = ("smsp__inst_executed.sum", "sm__warps_active.sum", "sm__cycles_active.sum")
 
 
 def kernel_named(names: Sequence[str], wanted: str) -> str | None:
@@ -44,7 +46,8 @@ def kernel_named(names: Sequence[str], wanted: str) -> str | None:
 
 
 def per_kernel_metrics(run: Run, kernels: Mapping[str, str | None]) -> Part:
-    """Each named kernel carries every default PM sampling metric, sampled, with counts above 0.
+    """Each named kernel carries every default PM sampling metric, sampled, and the counts every
+    kernel has (:data:`NEVER_ZERO`) above 0.
 
     Args:
         run: the run.
@@ -67,15 +70,16 @@ def per_kernel_metrics(run: Run, kernels: Mapping[str, str | None]) -> Part:
         for metric in DEFAULT_METRICS:
             total = totals.get(METRIC_PREFIX + metric)
             entry[metric] = None if total is None or pd.isna(total) else float(total)
-            if not entry[metric] or entry[metric] <= 0:
+            if entry[metric] is None or entry[metric] < 0 or (metric in NEVER_ZERO and entry[metric] == 0):
                 lacking.append(f"{role} {metric}")
         if methods != {SAMPLED}:
             lacking.append(f"{role} methods {sorted(methods)}")
         table.append(entry)
     figures["kernels"] = table
     if lacking:
-        return Part(what, Status.FAILED, f"missing or zero: {', '.join(lacking)}", figures)
-    return Part(what, Status.PASSED, f"{len(kernels)} kernels, every metric above 0", figures)
+        return Part(what, Status.FAILED, f"missing, negative or zero: {', '.join(lacking)}", figures)
+    return Part(what, Status.PASSED, f"{len(kernels)} kernels: every metric there, instructions, warps "
+                "and cycles above 0", figures)
 
 
 def derived_parts(rows: Sequence[Mapping[str, Any]], unavailable: Mapping[str, str],

@@ -11,7 +11,9 @@ what it found::
 
 A check that cannot run here (no CUDA device for torch, counters restricted) raises
 :class:`CannotRun`; a step that fails (dlprof exits non-zero, or hangs) raises :class:`StepFailed`;
-either ends the check with one more part saying so, after the parts already found.
+either ends the check with one more part saying so, after the parts already found. The result
+says whether the check ran to its end (``complete``): one cut short has not passed, whatever it
+had found by then.
 """
 
 from __future__ import annotations
@@ -70,13 +72,18 @@ class Check:
     result: Path  # where the parts are written (JSON)
     deadline: float  # time.monotonic() by which the check must have written its result
     parts: list[Part] = field(default_factory=list)
+    complete: bool = False  # whether the check ran to its end
 
     def add(self, part: Part) -> None:
         """Keep a part and write the result file again."""
         self.parts.append(part)
         print(f"[{part.status}] {part.what}: {part.detail}", file=sys.stderr, flush=True)
+        self.write()
+
+    def write(self) -> None:
         partial = self.result.with_name(self.result.name + ".partial")
-        partial.write_text(json.dumps({"parts": [p.to_json() for p in self.parts]}, indent=1))
+        partial.write_text(json.dumps({"parts": [p.to_json() for p in self.parts], "complete": self.complete},
+                                      indent=1))
         partial.replace(self.result)
 
     def seconds_left(self) -> float:
@@ -159,6 +166,7 @@ def main(check: Callable[[Check], None], argv: Sequence[str] | None = None) -> i
     state = Check(args.work, args.result, time.monotonic() + args.seconds)
     try:
         check(state)
+        state.complete = True
     except CannotRun as error:
         state.add(Part(error.what, Status.COULD_NOT_RUN, error.why))
     except StepFailed as error:
@@ -169,4 +177,5 @@ def main(check: Callable[[Check], None], argv: Sequence[str] | None = None) -> i
                        f"the check raised {type(error).__name__}: {error}"))
     if not state.parts:
         state.add(Part("the check ran to its end", Status.COULD_NOT_RUN, "it found nothing to judge"))
+    state.write()
     return 0
