@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         if prepared.problem:
             result = CheckResult.not_run(spec.name, spec.title, prepared.problem, covers=spec.covers)
         elif unmet:
-            why = "; ".join(f"{m} does not import: {e}" for m, e in unmet.items())
+            why = "; ".join(f"{m} does not import: {e}" + (f" (cupti-python {environment.get('cupti-python')})"
+                                                            if m.startswith("cupti") else "")
+                            for m, e in unmet.items())
             result = CheckResult.not_run(spec.name, spec.title, why, covers=spec.covers)
         elif left < MIN_CHECK_S:
             result = CheckResult.not_run(spec.name, spec.title, f"out of time: {left:.0f} s of the "

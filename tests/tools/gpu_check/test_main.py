@@ -53,3 +53,14 @@ def test_bad_options_exit_2_with_one_message() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == ExitCode.USAGE == 2
     assert "invalid choice: 'warp_drive'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_each_check_names_rows_of_the_readmes_verification_table() -> None:
+    from tools.gpu_check.checks import CHECKS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## What was verified where"):readme.index("## Performance")]
+    rows = {line.split(" | ")[0].removeprefix("| ") for line in table.splitlines() if line.startswith("| ")}
+    for spec in CHECKS:
+        assert spec.covers and set(spec.covers) <= rows, spec.name
+        assert f"`{spec.name}`" in table  # and the table says which check proves the row
