@@ -86,9 +86,10 @@ def probe(python: str, modules: list[str], env: dict[str, str]) -> tuple[dict[st
         return {m: why for m in modules}, {}
 
 
-def check_environment(work: Path) -> dict[str, str]:
-    """The environment of every check: this tree first on the path, CuPy's cache in the work directory."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+def check_environment(work: Path, pythonpath: list[str] | None = None) -> dict[str, str]:
+    """The environment of every check: this tree first on the path (then ``pythonpath``), CuPy's
+    cache in the work directory."""
+    path = os.pathsep.join(p for p in (str(ROOT), *(pythonpath or []), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1",
             "CUPY_CACHE_DIR": str(work / "cupy-cache")}
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(prepared.problem)
     specs = [s for s in CHECKS if not args.checks or s.name in args.checks]
     modules = list(dict.fromkeys(m for s in specs for m in s.needs))
-    env = check_environment(work)
+    env = check_environment(work, prepared.pythonpath)
     imports, found = probe(prepared.python, modules, env)
     environment = describe(gpus, found)
     _append_log(log, "environment", json.dumps({"imports": imports, "environment": environment}, indent=1))

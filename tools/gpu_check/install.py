@@ -9,6 +9,9 @@ one is missing, ``.gpu-venv`` is made with ``--system-site-packages`` plus a ``.
 adds the launching interpreter's own site directories (so that torch and CuPy are seen even when
 that interpreter is itself a virtual environment); then ``pip install --no-index --find-links
 .whl`` installs only what is missing, and dlprof from this tree without its dependencies.
+Where no virtual environment can be made, what is missing goes under ``.gpu-venv/prefix`` with
+``pip install --prefix`` instead (which, unlike ``--target``, counts the packages the machine has),
+and the checks find it on ``PYTHONPATH``.
 cupti-python is taken at the CUDA major version the driver supports (its 12.x wheels for a CUDA
 12 driver, 13.x for 13). Nothing here touches the machine's own packages. Standard library only.
 """
@@ -38,6 +41,7 @@ class Prepared:
     python: str
     notes: list[str] = field(default_factory=list)
     problem: str = ""  # why dlprof cannot run in ``python``; "" when it can
+    pythonpath: list[str] = field(default_factory=list)  # directories the checks need on PYTHONPATH
 
 
 def requirements(pyproject: Path = ROOT / "pyproject.toml", extra: str = "gpu") -> list[str]:
@@ -52,15 +56,17 @@ def requirements(pyproject: Path = ROOT / "pyproject.toml", extra: str = "gpu") 
     return names
 
 
-def missing(python: str, distributions: list[str]) -> list[str]:
-    """The distributions ``python`` does not have installed (read from its package metadata)."""
+def missing(python: str, distributions: list[str], pythonpath: list[str] | None = None) -> list[str]:
+    """The distributions ``python`` does not have installed (read from its package metadata),
+    with ``pythonpath`` on its path."""
     script = ("import importlib.metadata as m, json, sys\n"
               "def absent(name):\n"
               "    try:\n        m.distribution(name)\n    except m.PackageNotFoundError:\n        return True\n"
               "    return False\n"
               "print(json.dumps([n for n in sys.argv[1:] if absent(n)]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else None
     done = subprocess.run([python, "-c", script, *distributions], capture_output=True, text=True,
-                          timeout=_PROBE_TIMEOUT_S, check=False)
+                          timeout=_PROBE_TIMEOUT_S, check=False, env=env)
     if done.returncode != 0:
         raise OSError(f"{python} could not list its packages: {done.stderr.strip()[-300:]}")
     return [str(name) for name in json.loads(done.stdout)]
@@ -153,7 +159,8 @@ def prepare(python: str, wheels: Path, venv: Path, cuda_major: int) -> Prepared:
     if not _venv_python(venv).exists():
         problem = make_venv(python, venv, notes)
         if problem:
-            return Prepared(python, notes, f"could not make {venv.name}: {problem}")
+            notes.append(f"could not make {venv.name}: {problem}")
+            return install_prefix(python, wheels, venv / "prefix", absent, cuda_major, notes)
     still = missing(inner, needed)
     wanted = [cupti_requirement(wheels, cuda_major) if name == CUPTI else name for name in still]
     pip = [inner, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), "--no-input"]
@@ -167,3 +174,26 @@ def prepare(python: str, wheels: Path, venv: Path, cuda_major: int) -> Prepared:
                  if problem else f"installed into {venv.name}: {', '.join(wanted)} and dlprof (editable)")
     left = missing(inner, needed)
     return Prepared(inner, notes, f"still missing after installing: {', '.join(left)}" if left else "")
+
+
+def _site_dirs(prefix: Path) -> list[str]:
+    """The package directories pip made under an installation prefix (their layout varies by distribution)."""
+    return sorted(str(d) for d in prefix.glob("**/*-packages") if d.name in ("site-packages", "dist-packages"))
+
+
+def install_prefix(python: str, wheels: Path, prefix: Path, absent: list[str], cuda_major: int,
+                   notes: list[str]) -> Prepared:
+    """Install what ``python`` lacks under ``prefix`` (``pip install --prefix``), for PYTHONPATH."""
+    needed = requirements()
+    if _site_dirs(prefix) and not missing(python, needed, _site_dirs(prefix)):
+        return Prepared(python, [*notes, f"{prefix} (made before) has them: nothing installed"], "",
+                        _site_dirs(prefix))
+    wanted = [cupti_requirement(wheels, cuda_major) if name == CUPTI else name for name in absent]
+    problem = _run([python, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), "--no-input",
+                    "--prefix", str(prefix), *wanted], notes)
+    paths = _site_dirs(prefix)
+    if problem:
+        return Prepared(python, notes, f"installing {', '.join(wanted)} under {prefix} failed: {problem}", paths)
+    notes.append(f"installed under {prefix}: {', '.join(wanted)} (dlprof is imported from the tree)")
+    left = missing(python, needed, paths)
+    return Prepared(python, notes, f"still missing after installing: {', '.join(left)}" if left else "", paths)
