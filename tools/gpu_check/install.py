@@ -107,12 +107,14 @@ def _venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def _run(command: list[str], notes: list[str], timeout_s: float = PIP_TIMEOUT_S) -> str:
+def _run(command: list[str], notes: list[str], timeout_s: float = PIP_TIMEOUT_S,
+         env: dict[str, str] | None = None) -> str:
     """Run a set-up command; "" when it worked, else why not in one line."""
     notes.append("$ " + " ".join(command))
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+                              env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                                   **(env or {})})
     except subprocess.TimeoutExpired:
         return f"{' '.join(command[:4])} did not finish in {timeout_s:.0f} s"
     if done.returncode != 0:
@@ -189,8 +191,10 @@ def install_prefix(python: str, wheels: Path, prefix: Path, absent: list[str], c
         return Prepared(python, [*notes, f"{prefix} (made before) has them: nothing installed"], "",
                         _site_dirs(prefix))
     wanted = [cupti_requirement(wheels, cuda_major) if name == CUPTI else name for name in absent]
+    # A system Python marked externally managed (PEP 668) refuses any install; this one touches
+    # none of its packages, only a directory of the tree's.
     problem = _run([python, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), "--no-input",
-                    "--prefix", str(prefix), *wanted], notes)
+                    "--prefix", str(prefix), *wanted], notes, env={"PIP_BREAK_SYSTEM_PACKAGES": "1"})
     paths = _site_dirs(prefix)
     if problem:
         return Prepared(python, notes, f"installing {', '.join(wanted)} under {prefix} failed: {problem}", paths)

@@ -26,25 +26,25 @@ CHECKS: tuple[CheckSpec, ...] = (
         "torch_cuda",
         "the bundled CNN on CUDA under `dlprof run` (default collectors) against torch.profiler's "
         "own events of the same program run the same way: kernels, memcpy, memset, launching ops",
-        "tools.gpu_check.checks.torch_cuda", ("torch", "orjson"), 240,
+        "tools.gpu_check.checks.torch_cuda", ("dlprof", "torch"), 240,
         ("`torch` collector, CUDA kernels/memcpy/memset",)),
     CheckSpec(
         "cupti_activity",
         "a CuPy program (no PyTorch) under `dlprof run --collectors cupti` against CUPTI's own "
         "records of the same program, counted by a bare cupti-python tracer in another process",
-        "tools.gpu_check.checks.cupti_activity", ("cupy", "cupti.cupti", "orjson"), 180,
+        "tools.gpu_check.checks.cupti_activity", ("dlprof", "cupy", "cupti.cupti"), 180,
         ("`cupti` collector (kernels, memcpy, memset, CUDA API calls)",)),
     CheckSpec(
         "cupti_metrics",
         "a memory-bound and a compute-bound CuPy kernel under `dlprof run --collectors "
         "cupti_metrics,cupti`: per-kernel metrics, `dlprof metrics` in physical ranges, roofline",
-        "tools.gpu_check.checks.cupti_metrics", ("cupy", "cupti.pm_sampling", "cupti.profiler_host",
-                                                 "orjson"), 180,
+        "tools.gpu_check.checks.cupti_metrics",
+        ("dlprof", "cupy", "cupti.pm_sampling", "cupti.profiler_host"), 180,
         ("`cupti_metrics` (PM sampling), metric names checked with `profiler_host`",)),
     CheckSpec(
         "nvml",
         "`dlprof run --collectors nvml` on a program that idles, keeps the GPU busy, then idles: "
         "utilisation and power rise while it works",
-        "tools.gpu_check.checks.nvml_sampler", ("pynvml", "torch", "orjson"), 120,
+        "tools.gpu_check.checks.nvml_sampler", ("dlprof", "pynvml", "torch"), 120,
         ("`nvml` sampler",)),
 )
