@@ -48,11 +48,11 @@ clean:
 
 ## Static checks: ruff and mypy --strict.
 lint: $(STAMP)
-	$(BIN)/ruff check dlprof tests
+	$(BIN)/ruff check dlprof tests tools bench
 	$(BIN)/mypy
 
 ## On a machine with an NVIDIA GPU and no network: prove every GPU path in one go, into
-## gpu-check.json, .md and .log ($OUT when set). Installs only what the machine's Python lacks,
+## gpu-check.json, .md and .log ($DLPROF_GPU_CHECK_OUT when set). Installs only what the machine's Python lacks,
 ## from .whl into .gpu-venv, never from the network. Exit 0 all passed, 1 a check failed,
 ## 3 no NVIDIA GPU here, 4 nothing failed but a check could not run (make shows it as Error N).
 GPU_PYTHON ?= python3

@@ -1,7 +1,7 @@
 """``make gpu-check``: prove or disprove every GPU path of dlprof in one go, on a machine with an
 NVIDIA GPU and no network.
 
-    python -m tools.gpu_check                     # report into $OUT if set, else the work directory
+    python -m tools.gpu_check                     # report into $DLPROF_GPU_CHECK_OUT if set, else the work directory
     python -m tools.gpu_check --out reports/ --check torch_cuda --check nvml
 
 Steps: ask the driver for a GPU (none: one line, exit 3); make sure the Python has dlprof's
@@ -35,10 +35,12 @@ from tools.gpu_check.report import LOG_NAME, CheckResult, ExitCode, Report, writ
 from tools.gpu_check.runner import CHECK_LOG_NAME, run_check
 
 ROOT = Path(__file__).resolve().parents[2]
-BUDGET_S = 540  # one command may run 10 minutes on a lent GPU machine; this leaves a margin
+BUDGET_S = 540  # GPU machines borrowed by the hour often limit one command to 10 minutes; a margin
 REPORT_RESERVE_S = 15  # kept back at the end for the report
 MIN_CHECK_S = 30  # a check is not started with less time than this left
 PROBE_TIMEOUT_S = 120
+# Where the report goes when --out is not given.
+OUT_VARIABLE = "DLPROF_GPU_CHECK_OUT"
 LOG_TAIL_BYTES = 2 * 1024 * 1024  # of each check's log, in gpu-check.log
 
 
@@ -56,7 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                "--out /tmp/report --check torch_cuda",
     )
     parser.add_argument("--out", type=Path, default=None,
-                        help="where to write gpu-check.json, .md and .log (default: $OUT if set, else the "
+                        help="where to write gpu-check.json, .md and .log (default: $DLPROF_GPU_CHECK_OUT if set, else the "
                              "work directory)")
     parser.add_argument("--work", type=Path, default=None,
                         help="where the runs go (default: dlprof-runs/gpu-check-<time>/)")
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.NO_GPU
     _say(f"{len(gpus.names)} GPU(s): {', '.join(gpus.names)}; the driver supports CUDA {gpus.cuda_text}")
     work = args.work or ROOT / "dlprof-runs" / f"gpu-check-{datetime.now():%Y%m%d-%H%M%S}"
-    out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else work)
+    out = args.out or (Path(os.environ[OUT_VARIABLE]) if os.environ.get(OUT_VARIABLE) else work)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     log = out / LOG_NAME

@@ -157,7 +157,7 @@ def prepare(python: str, wheels: Path, venv: Path, cuda_major: int) -> Prepared:
         return Prepared(inner, [*notes, f"{venv.name} (made before) has them: nothing installed"])
     if not any(wheels.glob("*.whl")):
         return Prepared(python, notes, f"{', '.join(absent)} missing and no wheels in {wheels} to install "
-                        "them from: run `make gpu-wheels` where the package index is reachable and carry .whl")
+                        "them from: run `make gpu-wheels` where the package index is reachable and copy .whl along")
     if not _venv_python(venv).exists():
         problem = make_venv(python, venv, notes)
         if problem:

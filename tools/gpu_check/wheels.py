@@ -31,7 +31,7 @@ ON_GPU_MACHINE = frozenset({"torch", "cupy", "numpy", "pandas", "pyarrow", "rich
                             "pytz", "tzdata", "six", "typing-extensions"})
 EXTRA_FOR_INSTALL = ("setuptools",)  # builds dlprof from the tree: pip install -e . offline
 CUDA_MAJORS = (12, 13)
-TREE_AND_WHEELS_LIMIT = 64 * 2**20  # a lent GPU machine receives the tree and .whl within 64 MiB
+TREE_AND_WHEELS_LIMIT = 64 * 2**20  # small enough to copy to a GPU machine along with the tree
 
 
 def normalise(name: str) -> str:
@@ -69,7 +69,7 @@ def prune(dest: Path) -> list[str]:
 
 
 def tree_bytes() -> int:
-    """The size of what git would carry of this tree: tracked files and untracked, unignored ones."""
+    """The size of this tree as git sees it: tracked files and untracked, unignored ones."""
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             capture_output=True, check=False).stdout
     return sum((ROOT / name).stat().st_size for name in listed.decode().split("\0")
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({tree / 2**20:.1f} MiB) {(size + tree) / 2**20:.1f} MiB of the {TREE_AND_WHEELS_LIMIT // 2**20} "
           "MiB a GPU machine receives")
     if size + tree > TREE_AND_WHEELS_LIMIT:
-        print("gpu-wheels: too large to carry: fetch one CUDA version only (--cuda 13, or 12 for an older "
+        print("gpu-wheels: too large to copy along: fetch one CUDA version only (--cuda 13, or 12 for an older "
               "driver)", file=sys.stderr)
         return 1
     return 0

@@ -57,12 +57,12 @@ def test_a_python_with_everything_is_used_as_it_is(tmp_path: Path) -> None:
     assert not (tmp_path / "venv").exists()
 
 
-def test_without_wheels_a_bare_python_says_what_to_carry(tmp_path: Path) -> None:
+def test_without_wheels_a_bare_python_says_what_to_copy(tmp_path: Path) -> None:
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     prepared = prepare(str(bare / "bin" / "python"), tmp_path / "no-wheels", tmp_path / "venv", 13)
     assert prepared.problem.startswith(f"{', '.join(requirements())} missing and no wheels in {tmp_path / 'no-wheels'}")
-    assert "run `make gpu-wheels` where the package index is reachable and carry .whl" in prepared.problem
+    assert "run `make gpu-wheels` where the package index is reachable and copy .whl along" in prepared.problem
     assert not (tmp_path / "venv").exists()
 
 

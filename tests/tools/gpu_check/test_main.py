@@ -26,7 +26,7 @@ def test_a_driver_library_that_is_not_there_is_the_reason() -> None:
 
 @needs_no_gpu
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_3(tmp_path: os.PathLike[str]) -> None:
-    env = {**os.environ, "OUT": str(tmp_path)}
+    env = {**os.environ, "DLPROF_GPU_CHECK_OUT": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "tools.gpu_check"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == ExitCode.NO_GPU == 3
@@ -41,7 +41,7 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_3(tmp_path: os.PathLike[
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_gpu_check_shows_the_line_and_makes_error_3(tmp_path: os.PathLike[str]) -> None:
     done = subprocess.run(["make", "-s", "gpu-check", f"GPU_PYTHON={sys.executable}"], cwd=ROOT,
-                          env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True,
+                          env={**os.environ, "DLPROF_GPU_CHECK_OUT": str(tmp_path)}, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.stdout.splitlines()[0].startswith(NO_GPU_LINE)
     assert "gpu-check] Error 3" in done.stderr  # make exits 2 itself, as for any failing recipe

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlprof.collectors.demangle import demangle
+from dlprof.support.demangle import demangle
 from tools.gpu_check.checks.harness import PROGRAMS, Check, main
 from tools.gpu_check.checks.stored import Link, api_calls, device_work, run_complete, within_span
 from tools.gpu_check.compare import (

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlprof.collectors.pm_sampling import DEFAULT_METRICS, METRIC_PREFIX, PERMISSION_MESSAGE, SAMPLED
+from dlprof.collectors.cupti_metrics import DEFAULT_METRICS, METRIC_PREFIX, PERMISSION_MESSAGE, SAMPLED
 from dlprof.store.reader import Run
 from tools.gpu_check.checks.harness import PROGRAMS, CannotRun, Check, main
 from tools.gpu_check.checks.stored import run_complete
