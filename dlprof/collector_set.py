@@ -45,12 +45,15 @@ def resolve_names(config: ProfileConfig) -> tuple[str, ...]:
 class CollectorSet:
     """Starts, steps, saves and stops the collectors of one session."""
 
-    def __init__(self, names: tuple[str, ...], infos: list[CollectorInfo], quiet_if_absent: bool) -> None:
+    def __init__(self, names: tuple[str, ...], infos: list[CollectorInfo], quiet_if_absent: bool,
+                 on_late_start: Callable[[], None] | None = None) -> None:
         """Args:
         names: the collectors, in start order (see :func:`resolve_names`).
         infos: the manifest's collector list, filled in as collectors start and stop.
         quiet_if_absent: say nothing about a collector whose framework is not installed (the
             default set: a program cannot use a framework that is not there).
+        on_late_start: told when collectors started with their framework's import (what the
+            import took is the program's, not profiling's).
         """
         self._names = names
         self._infos = infos
@@ -59,6 +62,7 @@ class CollectorSet:
         self._waiting: dict[str, list[type[Collector]]] = {}
         self._watches: list[ImportWatch] = []
         self._context: CollectorContext | None = None
+        self._on_late_start = on_late_start
 
     def __iter__(self) -> Iterator[Collector]:
         return iter(list(self._running))
@@ -143,6 +147,8 @@ class CollectorSet:
         # Start order holds across frameworks too: a later start joins in its place.
         order = {name: index for index, name in enumerate(self._names)}
         self._running.sort(key=lambda collector: order[collector.name])
+        if self._on_late_start is not None:
+            self._on_late_start()
 
     def _start(self, cls: type[Collector], context: CollectorContext) -> None:
         collector = cls()

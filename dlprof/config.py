@@ -23,8 +23,14 @@ class ProfileConfig:
     collectors: tuple[str, ...] | None = None
     # Which steps are recorded; None records every step.
     schedule: Schedule | None = None
-    # Steps per saved chunk when no schedule is given: bounds torch.profiler's memory.
+    # Steps per save when no schedule is given; saves also come at the latest after
+    # save_seconds, save_events events, or memory_cap_bytes / 2 of memory growth (whichever
+    # first), inside a step if need be: they bound the memory profilers hold, and what a run
+    # killed at any moment loses.
     flush_steps: int = 100
+    save_seconds: float = 10.0
+    save_events: int = 250_000
+    memory_cap_bytes: int = 512 << 20
     # Take steps from the optimizer's step() (dlprof run) rather than prof.step() only.
     auto_steps: bool = False
     # Seconds between host samples (CPU %, RSS).

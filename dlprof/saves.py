@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.importers.finisher import BackgroundFinisher, Cycle, OpenSlice, Result, SaveJob
+from dlprof.importers.finisher import BackgroundFinisher, Cycle, OpenSlice, PendingSaves, Result, SaveJob
 from dlprof.store.sink import Sink
 from dlprof.store.writer import RankWriter
 
@@ -38,7 +38,7 @@ class Saver:
         self._writer = writer
         self._sink = sink
         self._on_cycle = on_cycle
-        self._finisher = BackgroundFinisher(self._finished)
+        self._finisher = BackgroundFinisher(PendingSaves(writer.run_dir, writer.rank), self._finished)
         self._lock = threading.Lock()
         self._cycles: list[Cycle] = []
         self._number = 0
@@ -56,6 +56,13 @@ class Saver:
         """A profiler cycle saved to a file: converted with the next save."""
         with self._lock:
             self._cycles.append(cycle)
+
+    def waiting_trace_bytes(self) -> int:
+        """Bytes of the profiler traces handed over since the last save (how many events the
+        save about to be made holds, before they are counted)."""
+        with self._lock:
+            return sum(path.stat().st_size for cycle in self._cycles for path in cycle.job.files()
+                       if path.exists())
 
     def save(self, slices: pa.Table, open_slices: list[OpenSlice], metrics: pa.Table | None = None) -> None:
         """Write what the session recorded since the last save, and hand the save over.

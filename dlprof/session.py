@@ -30,6 +30,7 @@ from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
 from dlprof.importers.finisher import OpenSlice, Result
 from dlprof.keys import Kind, RunStatus
+from dlprof.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
@@ -39,8 +40,6 @@ from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
 
 STEP_NAME = "ProfilerStep#{}"
-# Flush the in-process slice buffer mid-cycle once it holds this many slices.
-_BUFFER_LIMIT = 200_000
 
 _active: Session | None = None
 
@@ -137,8 +136,12 @@ class Session:
                 )
             ],
         )
+        self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes))
+        self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
+                                      pending_events=lambda: len(self.slices))
         self._collectors = CollectorSet(
-            resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None
+            resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
+            on_late_start=self._save_clock.restart,
         )
 
     @property
@@ -171,6 +174,8 @@ class Session:
         )
         self._collectors.start(self._context)
         self._install_signal_handler()
+        self._save_clock.restart()  # what the collectors took to start is not profiling's growth
+        self._mid_step.start()
         self.forks.follow()
         if self._context.counter_reader is not None:
             self._counter_deltas = CounterDeltas(
@@ -197,7 +202,7 @@ class Session:
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
         self._collectors.on_step(self.step_number, previous, self.action)
-        if previous is Action.RECORD_AND_SAVE or len(self.slices) > _BUFFER_LIMIT:
+        if previous is Action.RECORD_AND_SAVE or self._save_clock.due(len(self.slices)):
             self._save()
         self._begin_step()
 
@@ -226,6 +231,7 @@ class Session:
             self.forks.save()
             return self.manifest
         self.forks.unfollow()
+        self._mid_step.stop()
         self._hold_sigterm()
         try:
             if self.action.records:
@@ -243,6 +249,7 @@ class Session:
                 self.manifest.notes.append(note)
                 print(f"dlprof: {note}", file=sys.stderr)
             self._collectors.after_conversions()
+            self.manifest.saving = self._saving_summary()
             if self._saver.child_failures:
                 self.manifest.notes.append(f"{self._saver.child_failures} save(s) finished in the profiled "
                                            "process: the finisher's child process ended early")
@@ -288,9 +295,13 @@ class Session:
 
     def _save(self, within_step: bool = False) -> None:
         """Save what was recorded since the last save; ``within_step``: the step goes on."""
+        self._save_clock.begin_save()
         self._collectors.save()
         metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
-        self._saver.save(self.slices.drain(), self._open_slices(within_step), metrics)
+        slices = self.slices.drain()
+        self._save_clock.learn(slices.num_rows + self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT)
+        self._saver.save(slices, self._open_slices(within_step), metrics)
+        self._save_clock.restart()
 
     def _open_slices(self, within_step: bool) -> list[OpenSlice]:
         """The slices under way now: the step (when saving inside it), regions, layers."""
@@ -319,6 +330,19 @@ class Session:
 
     def _cycle_converted(self, collector: str, result: Result) -> None:
         self._collectors.converted(collector, result)
+
+    def _saving_summary(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "saves": self._saver.saves,
+            "saves_within_steps": self._mid_step.saves,
+            "peak_memory_growth_mib": round(self._save_clock.peak_growth_bytes / 2**20, 1),
+            "memory_cap_mib": self.config.memory_cap_bytes >> 20,
+        }
+        if self._save_clock.overflows:
+            summary["saves_past_memory_cap"] = self._save_clock.overflows
+        if self._mid_step.unavailable:
+            summary["within_steps_unavailable"] = self._mid_step.unavailable
+        return summary
 
     def _write_manifest(self) -> None:
         """run.json; in a job of several ranks, this rank's own too (rank 0 also writes run.json)."""

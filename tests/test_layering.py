@@ -61,6 +61,7 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.session": Layer.SESSION,
     "dlprof.collector_set": Layer.SESSION,
     "dlprof.saves": Layer.SESSION,
+    "dlprof.save_policy": Layer.SESSION,
     "dlprof.regions": Layer.SESSION,
     "dlprof.runner": Layer.SESSION,
     "dlprof.forks": Layer.SESSION,

@@ -28,6 +28,7 @@ Examples:
   dlprof run -m mypkg.train --lr 0.1
   dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
   dlprof run --with-stack train.py             # Python stacks of ops, for dlprof tree --view code
+  dlprof run --memory-cap 256 --save-seconds 5 long_job.py   # tighter bounds on a long run
   dlprof run --nproc 2 ddp_train.py            # two ranks (torchrun), one run directory
   torchrun --nproc-per-node 2 -m dlprof run ddp_train.py   # the same, started by torchrun
 
@@ -193,6 +194,13 @@ class _CollectorsOption(click.Option):
               show_default=True, help="Count the thread that starts profiling, or every thread.")
 @click.option("--with-stack", is_flag=True,
               help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
+@click.option("--save-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              metavar="S", help="Save at least this often (inside a step if need be); a run killed "
+                                "at any moment loses at most this much.")
+@click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=512,
+              show_default=True, metavar="MIB",
+              help="Save whenever memory grew by half of this since the last save, so that "
+                   "profiling takes at most about this much above the program's own.")
 @click.option("--all-threads", is_flag=True,
               help="Record the torch ops of every Python thread, not only the main one's "
                    "(torch.profiler then records no allocations).")
@@ -201,7 +209,8 @@ class _CollectorsOption(click.Option):
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(out: str | None, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
-            with_stack: bool, all_threads: bool, nproc: int | None, target_and_args: tuple[str, ...]) -> int:
+            with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
+            nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     from dlprof.runner import Target
 
     if module:
@@ -240,6 +249,8 @@ def command(out: str | None, module: str | None, collectors: str | None, schedul
         counter_scope=counter_scope,
         with_stack=with_stack,
         all_threads=all_threads,
+        save_seconds=save_seconds,
+        memory_cap_bytes=memory_cap_mib << 20,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
     with _SavingStatus() as saving:

@@ -6,17 +6,20 @@ and the traces the frameworks' profilers wrote for their cycles. A :class:`SaveJ
 :mod:`dlprof.importers.xplane_cycle`), nests everything together under the slices still open at
 the save, and writes the save's final parts (:meth:`dlprof.store.writer.RankWriter.finish_window`)::
 
-    finisher = BackgroundFinisher(on_result=session.saved)
-    finisher.submit(job)      # at every save: the child takes jobs one at a time, in order
-    finisher.close()          # at the end: this process takes the jobs still waiting, from the
-                              # newest, while the child finishes the one in hand
+    finisher = BackgroundFinisher(PendingSaves(run_dir, rank), on_result=saver.finished)
+    finisher.submit(job)      # at every save: the job waits on disk, the child takes it
+    finisher.close()          # at the end: this process takes the newest jobs still waiting
+                              # while the child finishes the oldest
 
-The child is one long-lived process (``python -m dlprof.importers.finisher``: jobs and results
-as lines of JSON on its stdin and stdout), started at the first save and at the lowest CPU
-priority, so the program keeps its cores; at the end, when the program no longer needs them,
-the profiled process works beside it. A job the child cannot finish (it died: out of memory,
-killed) is done in this process instead, and nothing is lost. Jobs are independent of each
-other, so they may be finished in any order.
+Jobs wait as files in the run (``pending/rank=N/``) and whoever finishes one first claims it
+by renaming it. The child is one long-lived process (``python -m dlprof.importers.finisher``),
+started at the first save at the lowest CPU priority, so the program keeps its cores; it prints
+each result on its stdout. At the end, when the program no longer needs the cores, the
+profiled process works beside it. If the profiled process is killed (or ends with
+``os._exit``), the child finishes every job waiting and then ends; if both are killed, the jobs
+stay on disk for :func:`finish_pending`. A job the child could not finish (it died) is done
+in the profiled process instead. Jobs are independent of each other, so they may be finished
+in any order.
 """
 
 from __future__ import annotations
@@ -28,11 +31,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -44,6 +46,8 @@ from dlprof.keys import StoreTable
 from dlprof.store.writer import RankWriter
 
 Result = dict[str, Any]
+# Where save jobs wait in a run directory until they are finished.
+PENDING = "pending"
 # Before each result line the child prints: anything else on its stdout (a library's chatter) is
 # not a result.
 _RESULT = "dlprof-finished "
@@ -147,111 +151,161 @@ def finish(job: SaveJob) -> Result:
     }
 
 
-class BackgroundFinisher:
-    """Finishes save jobs in one child process at the lowest priority, in the order given."""
+class PendingSaves:
+    """Save jobs on disk (``<run>/pending/rank=N/save-NNNNN.json``) until they are finished.
 
-    def __init__(self, on_result: Callable[[Result], None]) -> None:
+    Whoever finishes a job first claims it by renaming it, so the child process and the
+    profiled process can share the work; a job left behind by processes that were killed is
+    still there for :func:`finish_pending`.
+    """
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.directory = run_dir / PENDING / f"rank={rank}"
+
+    def put(self, job: SaveJob) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"save-{job.number:05d}.json"
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(job.to_json())
+        partial.replace(path)
+
+    def claim(self, newest: bool = False) -> tuple[SaveJob, Path] | None:
+        """Take one job (the oldest, or the newest) for this process; None when none is left."""
+        jobs = sorted(self.directory.glob("save-*.json")) if self.directory.is_dir() else []
+        for path in reversed(jobs) if newest else jobs:
+            claimed = path.with_name(f"{path.stem}.claimed-{os.getpid()}")
+            try:
+                path.rename(claimed)
+            except FileNotFoundError:
+                continue  # the other process took it first
+            return SaveJob.from_json(claimed.read_text()), claimed
+        return None
+
+    def release_dead_claims(self) -> None:
+        """Put back the jobs claimed by processes that are gone (a child killed mid-job)."""
+        for claimed in self.directory.glob("save-*.claimed-*") if self.directory.is_dir() else ():
+            pid = int(claimed.name.rpartition("-")[2])
+            if pid != os.getpid() and not _alive(pid):
+                claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+
+    def left(self) -> int:
+        """Jobs not finished yet."""
+        return len(list(self.directory.glob("save-*"))) if self.directory.is_dir() else 0
+
+    def remove_if_empty(self) -> None:
+        for directory in (self.directory, self.directory.parent):
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+
+
+class BackgroundFinisher:
+    """Finishes save jobs in one child process at the lowest priority, oldest first."""
+
+    def __init__(self, pending: PendingSaves, on_result: Callable[[Result], None]) -> None:
         """Args:
+        pending: where the jobs wait.
         on_result: told each job's result, from the finisher's thread or from :meth:`close`.
         """
+        self._pending = pending
         self._on_result = on_result
-        self._pending: deque[SaveJob] = deque()
-        self._lock = threading.Lock()
-        self._wakeup = threading.Event()
-        self._closing = False
         self._child: subprocess.Popen[str] | None = None
-        self._thread: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
+        self._lock = threading.Lock()
         self.child_failures = 0
 
     def submit(self, job: SaveJob) -> None:
+        self._pending.put(job)
         with self._lock:
-            self._pending.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dlprof-finisher", daemon=True)
-                self._thread.start()
-        self._wakeup.set()
+            child = self._started_child()
+        try:
+            assert child.stdin is not None
+            child.stdin.write("\n")  # wake up: a job is waiting
+            child.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the child is gone: the job waits for the next child, or for close()
 
     def close(self) -> None:
-        """Finish every job: the child goes on in order while this process takes the newest."""
-        self._closing = True
-        self._wakeup.set()
-        while True:
-            with self._lock:
-                job = self._pending.pop() if self._pending else None
-            if job is None:
-                break
-            self._on_result(finish(job))
-        if self._thread is not None:
-            self._thread.join()
-        if self._child is not None:
-            self._stop_child()
+        """Finish every job: the child goes on, oldest first, while this process takes the newest."""
+        while (taken := self._pending.claim(newest=True)) is not None:
+            self._finish_here(*taken)
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            if child.stdin is not None:
+                child.stdin.close()  # no more jobs: the child ends once it has finished its own
+            child.wait()
+            if child.returncode != 0:
+                self.child_failures += 1
+        if self._reader is not None:
+            self._reader.join()
+        # A child that died mid-job left it claimed: it is finished here.
+        self._pending.release_dead_claims()
+        while (taken := self._pending.claim()) is not None:
+            self._finish_here(*taken)
+        self._pending.remove_if_empty()
 
     def forget(self) -> None:
         """In a forked child: the finisher and its process belong to the parent."""
-        self._pending.clear()
-        self._thread = None
         self._child = None
+        self._reader = None
 
-    def _run(self) -> None:
-        while True:
-            self._wakeup.wait()
-            self._wakeup.clear()
-            while True:
-                with self._lock:
-                    job = self._pending.popleft() if self._pending else None
-                if job is None:
-                    break
-                self._on_result(self._in_child(job))
-            if self._closing:
-                return
-
-    def _in_child(self, job: SaveJob) -> Result:
-        try:
-            child = self._started_child()
-            assert child.stdin is not None and child.stdout is not None
-            child.stdin.write(job.to_json() + "\n")
-            child.stdin.flush()
-            result = _read_result(child.stdout)
-        except (OSError, ValueError):
-            result = None
-        if result is None:
-            # The child died (out of memory, killed): this job is done here, nothing is lost.
-            self.child_failures += 1
-            self._stop_child()
-            return finish(job)
-        return result
+    def _finish_here(self, job: SaveJob, claimed: Path) -> None:
+        self._on_result(finish(job))
+        claimed.unlink(missing_ok=True)
 
     def _started_child(self) -> subprocess.Popen[str]:
         if self._child is None or self._child.poll() is not None:
+            if self._child is not None:
+                self.child_failures += 1
             package_root = str(Path(__file__).resolve().parents[2])
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
             self._child = subprocess.Popen(
                 # -P: the profiled program's working directory must not shadow the child's imports.
-                [sys.executable, "-P", "-m", "dlprof.importers.finisher"],
+                [sys.executable, "-P", "-m", "dlprof.importers.finisher", str(self._pending.directory)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
             )
+            self._reader = threading.Thread(target=self._read_results, args=(self._child,),
+                                             name="dlprof-finisher", daemon=True)
+            self._reader.start()
         return self._child
 
-    def _stop_child(self) -> None:
-        child, self._child = self._child, None
-        if child is None:
-            return
-        try:
-            if child.stdin is not None:
-                child.stdin.close()
-            child.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            child.kill()
-            child.wait()
+    def _read_results(self, child: subprocess.Popen[str]) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith(_RESULT):
+                self._on_result(json.loads(line[len(_RESULT):]))
 
 
-def _read_result(stdout: IO[str]) -> Result | None:
-    for line in stdout:
-        if line.startswith(_RESULT):
-            result: Result = json.loads(line[len(_RESULT):])
-            return result
-    return None
+def finish_pending(run_dir: Path) -> int:
+    """Finish the saves a killed run left on disk (once its processes are gone).
+
+    Returns:
+        How many were finished.
+    """
+    finished = 0
+    root = run_dir / PENDING
+    for directory in sorted(root.glob("rank=*")) if root.is_dir() else []:
+        pending = PendingSaves(run_dir, int(directory.name.partition("=")[2]))
+        pending.release_dead_claims()
+        while (taken := pending.claim()) is not None:
+            finish(taken[0])
+            taken[1].unlink(missing_ok=True)
+            finished += 1
+        pending.remove_if_empty()
+    return finished
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _anchors(open_slices: list[OpenSlice]) -> pa.Table | None:
@@ -279,16 +333,28 @@ def _rebuild(job_class: type[CycleJob] | type[XPlaneJob], data: dict[str, Any]) 
     return job_class(**values)
 
 
-def main() -> int:
-    """The child: finish each job read from stdin, print each result, until stdin closes."""
+def _finish_waiting(pending: PendingSaves) -> None:
+    while (taken := pending.claim()) is not None:
+        result = finish(taken[0])
+        taken[1].unlink(missing_ok=True)
+        sys.stdout.write(_RESULT + json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    """The child: finish the jobs waiting in the directory, oldest first, printing each result;
+    wait for more while the profiled process writes a line now and then; finish what is left
+    once it closes stdin (it is done, or it was killed)."""
     os.nice(19)
-    for line in sys.stdin:
-        if line.strip():
-            result = finish(SaveJob.from_json(line))
-            sys.stdout.write(_RESULT + json.dumps(result) + "\n")
-            sys.stdout.flush()
+    directory = Path(argv[0])
+    pending = PendingSaves(directory.parent.parent, int(directory.name.partition("=")[2]))
+    while True:
+        _finish_waiting(pending)
+        if not sys.stdin.readline():
+            break
+    _finish_waiting(pending)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -34,6 +34,10 @@ class CycleJob:
     # dlprof-clock epoch ns just before and after the clock marker range, if one was recorded.
     marker_window_ns: tuple[int, int] | None
 
+    def files(self) -> list[Path]:
+        """The trace files the conversion reads."""
+        return [self.trace]
+
     def inputs(self) -> list[Path]:
         """The files the conversion consumes (removed once its rows are written)."""
         return [self.trace]

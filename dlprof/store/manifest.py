@@ -98,6 +98,10 @@ class Manifest:
     normalised: dict[str, int] = field(default_factory=dict)
     # What went wrong while saving the run, in words (the data kept is still readable).
     notes: list[str] = field(default_factory=list)
+    # How the run was saved while it went on: saves made (at step boundaries and inside steps),
+    # the largest growth of the process's memory between two saves, and what was dropped or
+    # throttled because it could not be saved in time (see dlprof.save_policy).
+    saving: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_ns(self) -> int:
