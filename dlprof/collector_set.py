@@ -89,6 +89,10 @@ class CollectorSet:
         for framework in self._waiting:
             self._watches.append(when_imported(framework, self._framework_imported))
 
+    def events_show_in_memory(self) -> bool:
+        """Whether a running collector's events are most of what the process gains."""
+        return any(collector.events_show_in_memory for collector in self._running)
+
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         for collector in self._running:
             collector.on_step(step, previous, action)

@@ -43,8 +43,6 @@ STOP_BYTES_PER_EVENT = 5_000
 # Bytes of a saved profiler trace per event (Kineto's Chrome JSON: 300 to 400): how the events of
 # a save are counted before it is converted.
 TRACE_BYTES_PER_EVENT = 350
-# Until a save has said how fast events come, the first comes this soon.
-_FIRST_SAVE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,9 +75,17 @@ def resident_bytes() -> int:
 class SaveClock:
     """What has gathered since the last save, against the limits."""
 
-    def __init__(self, limits: SaveLimits, memory: Callable[[], int] = resident_bytes) -> None:
+    def __init__(self, limits: SaveLimits, memory: Callable[[], int] = resident_bytes,
+                 growth_counts_events: Callable[[], bool] = lambda: False) -> None:
+        """Args:
+        limits: the limits.
+        memory: reads the process's resident memory.
+        growth_counts_events: whether the process's growth counts events (while torch.profiler
+            records: it keeps RECORDING_BYTES_PER_EVENT per event and little else grows).
+        """
         self.limits = limits
         self._memory = memory
+        self._growth_counts_events = growth_counts_events
         self._events_per_second = 0.0
         self.overflows = 0  # saves that found memory grown past the whole limit
         self.peak_growth_bytes = 0
@@ -120,14 +126,13 @@ class SaveClock:
         seconds = (now - self._saved_at) / 1e9
         if seconds >= self.limits.seconds:
             return f"{self.limits.seconds:g} s since the last save"
-        if self._events_per_second == 0 and seconds >= _FIRST_SAVE_S:
-            return "the first save, to see how fast events come"
         if now - self._checked_at >= _MEMORY_CHECK_NS:
             self._checked_at = now
             self._growth = self._memory() - self._baseline
             self.peak_growth_bytes = max(self.peak_growth_bytes, self._growth)
-        events = max(pending_events + self._events_per_second * seconds,
-                     self._growth / RECORDING_BYTES_PER_EVENT)
+        events = pending_events + self._events_per_second * seconds
+        if self._growth_counts_events():
+            events = max(events, self._growth / RECORDING_BYTES_PER_EVENT)
         if events >= self.limits.events_per_save:
             self._events_due = True
             return f"about {self.limits.events_per_save:,} events since the last save"
@@ -141,7 +146,7 @@ class SaveClock:
         """How long until the events expected make a save due (a guess from how fast they came)."""
         rate = self._events_per_second
         if rate <= 0:
-            return _FIRST_SAVE_S
+            return self.limits.seconds
         seconds = (time.perf_counter_ns() - self._saved_at) / 1e9
         return max(0.0, (self.limits.events_per_save - pending_events) / rate - seconds)
 

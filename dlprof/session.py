@@ -136,7 +136,8 @@ class Session:
                 )
             ],
         )
-        self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes))
+        self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes),
+                                     growth_counts_events=lambda: self._collectors.events_show_in_memory())
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
                                       pending_events=lambda: len(self.slices))
         self._collectors = CollectorSet(

@@ -100,6 +100,9 @@ class Collector(ABC):
     # Set on collectors that subscribe to CUPTI, which takes one subscriber per process: the
     # session lets the available one with the lowest number subscribe (context.cupti_owner).
     cupti_priority: ClassVar[int | None] = None
+    # Whether the memory the process gains while it records is mostly its events (so that the
+    # session may count them by it before any save; see dlprof.save_policy).
+    events_show_in_memory: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest

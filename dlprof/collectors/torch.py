@@ -78,6 +78,7 @@ class TorchCollector(Collector):
     framework = "torch"
     default = True
     cupti_priority = 0  # Kineto subscribes to CUPTI on a CUDA machine
+    events_show_in_memory = True
 
     def start(self, context: CollectorContext) -> None:
         import torch

@@ -12,8 +12,8 @@ import pytest
 import dlprof
 from dlprof.keys import RunStatus
 from tests.conftest import dlprof_program
-from tests.importers.test_xplane import dense_scopes, op_events, ops_matching_the_profile
-from tests.tensorflow_runs import EXAMPLE, Event, events, read_xspace, tensorflow, xplane_files
+from tests.importers.test_xplane import all_events, dense_scopes, op_events, ops_matching_the_profile
+from tests.tensorflow_runs import EXAMPLE, Event, tensorflow, xplane_files
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def test_the_keras_example_runs_with_no_flags(tmp_path: Path) -> None:
     assert len(waiting) == 3 and all(not c.active for c in waiting.values())
     assert all(c.notes == ["the program did not import torch: nothing recorded"] for c in waiting.values())
     assert not (out / "kineto").exists()
-    [xplane] = xplane_files(out / "tensorflow")
+    xplane = xplane_files(out / "tensorflow")
     ops = ops_matching_the_profile(run, xplane)
     steps = run.slices[run.slices.kind == "step"]
     assert {f"ProfilerStep#{n}" for n in range(samples // batch)} <= set(steps.name)
@@ -50,7 +50,7 @@ def test_the_keras_example_runs_with_no_flags(tmp_path: Path) -> None:
     top_op = ops.groupby("name").dur_ns.sum().idxmax()
     assert top_op[:40] in done.stdout, "the top table printed at the end lists TensorFlow's ops"
     signs = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
-    allocations = [e for e in events(read_xspace(xplane)) if e.name in signs]
+    allocations = [e for e in all_events(xplane) if e.name in signs]
     assert len(allocations) > 100
     assert Counter(run.memory.bytes) == Counter(signs[e.name] * e.stats["allocation_bytes"] for e in allocations)
     # Each allocation made while an op runs on its thread is tied to that op; the profile's

@@ -22,15 +22,13 @@ from dlprof.support.chatter import hidden_chatter
 from dlprof.support.import_watch import when_imported
 from tests.exporters.test_chrome import EXPECTED_CATEGORY
 from tests.exporters.test_perfetto import export
-from tests.importers.test_xplane import dense_scopes, op_events, op_name, ops_matching_the_profile
+from tests.importers.test_xplane import all_events, dense_scopes, op_events, op_name, ops_matching_the_profile
 from tests.tensorflow_runs import (
     BATCH,
     BATCHES,
     EPOCHS,
     EXAMPLE,
-    events,
     example_model,
-    read_xspace,
     xplane_files,
 )
 
@@ -50,7 +48,7 @@ def ancestors(slices: pd.DataFrame, slice_id: int) -> list[str]:
 def test_ops_are_the_xplane_ops(keras_run: Path) -> None:
     run = dlprof.load(keras_run)
     assert run.status is RunStatus.COMPLETE
-    [xplane] = xplane_files(keras_run / "tensorflow")
+    xplane = xplane_files(keras_run / "tensorflow")
     ops = ops_matching_the_profile(run, xplane)
     assert {"MatMul", "BiasAddGrad", "ReluGrad"} <= set(ops.op_type)
     assert not run.slices.name.str.contains("dlprof::clock_sync").any()
@@ -63,8 +61,8 @@ def test_a_step_per_batch_each_holding_its_train_step(keras_run: Path) -> None:
     batches = EPOCHS * BATCHES
     # Each batch ends a step; the step under way when the session stops is kept too.
     assert list(steps.name) == [f"ProfilerStep#{n}" for n in range(batches + 1)]
-    [xplane] = xplane_files(keras_run / "tensorflow")
-    calls = [e for e in events(read_xspace(xplane)) if e.name == "multi_step_on_iterator"]
+    xplane = xplane_files(keras_run / "tensorflow")
+    calls = [e for e in all_events(xplane) if e.name == "multi_step_on_iterator"]
     assert len(calls) == batches, "Keras calls its train function once per batch"
     stored = slices[slices.name == "multi_step_on_iterator"]
     assert len(stored) == batches
@@ -76,7 +74,7 @@ def test_a_step_per_batch_each_holding_its_train_step(keras_run: Path) -> None:
 def test_layer_slices_hold_their_layers_ops(keras_run: Path) -> None:
     run = dlprof.load(keras_run)
     slices = run.slices
-    [xplane] = xplane_files(keras_run / "tensorflow")
+    xplane = xplane_files(keras_run / "tensorflow")
     modules = slices[slices.kind == "module"].set_index("id")
     for scope in dense_scopes(xplane):
         for direction, prefix in (("forward", ""), ("backward", "gradient_tape/")):
@@ -89,9 +87,9 @@ def test_layer_slices_hold_their_layers_ops(keras_run: Path) -> None:
 
 def test_allocator_events_and_clock(keras_run: Path) -> None:
     run = dlprof.load(keras_run)
-    [xplane] = xplane_files(keras_run / "tensorflow")
+    xplane = xplane_files(keras_run / "tensorflow")
     signs = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
-    allocations = [e for e in events(read_xspace(xplane)) if e.name in signs]
+    allocations = [e for e in all_events(xplane) if e.name in signs]
     expected = Counter((signs[e.name] * e.stats["allocation_bytes"], e.stats["bytes_allocated"]) for e in allocations)
     assert Counter(zip(run.memory.bytes, run.memory.total_allocated, strict=True)) == expected
     [clock] = [c for c in run.manifest.clocks if c.name == "xplane"]
@@ -126,14 +124,14 @@ def test_schedule_records_the_active_steps_only(tmp_path: Path) -> None:
     run = dlprof.load(out)
     steps = run.slices[run.slices.kind == "step"].sort_values("start_ns")
     assert list(steps.name) == ["ProfilerStep#3", "ProfilerStep#4"]
-    [xplane] = xplane_files(out / "tensorflow")  # one cycle: warm-up and the two active steps
-    assert xplane.parent.parent.parent.parent.name == "cycle-00000"
+    xplane = xplane_files(out / "tensorflow")  # the one cycle: warm-up and the two active steps
+    assert [path.parents[3].name for path in xplane] == ["cycle-00000"]
     ops = run.slices[run.slices.kind == "op"]
     assert 0 < len(ops) < len(op_events(xplane)), "the warm-up step's ops are left out"
     first, last = steps.iloc[0], steps.iloc[-1]
     assert ops.start_ns.min() >= first.start_ns
     assert ops.start_ns.max() <= last.start_ns + last.dur_ns
-    steps_in_profile = [e for e in events(read_xspace(xplane)) if e.name == "multi_step_on_iterator"]
+    steps_in_profile = [e for e in all_events(xplane) if e.name == "multi_step_on_iterator"]
     assert len(steps_in_profile) == 3, "profiled from the warm-up step to the last active one"
 
 

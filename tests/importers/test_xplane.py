@@ -28,17 +28,23 @@ pytestmark = pytest.mark.tf
 CALL_PREFIX = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")
 
 
-def op_events(path: Path) -> list[Event]:
-    """TensorFlow op events as the profile marks them: ``name:Type`` with the type as display name."""
-    return [e for e in events(read_xspace(path)) if e.display_name and e.name.endswith(":" + e.display_name)
+def op_events(paths: Path | list[Path]) -> list[Event]:
+    """TensorFlow op events as the profiles mark them: ``name:Type`` with the type as display
+    name (of every profile given: a run saved more than once has one per save)."""
+    return [e for e in all_events(paths) if e.display_name and e.name.endswith(":" + e.display_name)
             and e.duration_ps > 0]
+
+
+def all_events(paths: Path | list[Path]) -> list[Event]:
+    """The host events of one profile, or of each of several."""
+    return [e for path in ([paths] if isinstance(paths, Path) else paths) for e in events(read_xspace(path))]
 
 
 def op_name(event: Event) -> str:
     return CALL_PREFIX.sub("", event.name[: -len(event.display_name) - 1])
 
 
-def ops_matching_the_profile(run: dlprof.Run, xplane: Path) -> pd.DataFrame:
+def ops_matching_the_profile(run: dlprof.Run, xplane: Path | list[Path]) -> pd.DataFrame:
     """The run's op slices, after checking they are the profile's op events (name, raw type)."""
     expected = Counter((op_name(e), e.display_name) for e in op_events(xplane))
     ops = run.slices[run.slices.kind == "op"]
@@ -89,7 +95,7 @@ def test_scopes_and_times(tf_profile: Path, imported: dlprof.Run) -> None:
     assert "profile_start_time" in clock.method and clock.offset_ns == 0
 
 
-def dense_scopes(tf_profile: Path) -> list[str]:
+def dense_scopes(tf_profile: Path | list[Path]) -> list[str]:
     """The name scopes of the example's Dense layers: where its fused MatMul+BiasAdd ops run."""
     return sorted({op_name(e).rsplit("/", 1)[0] for e in op_events(tf_profile)
                    if e.display_name == "_MklNativeFusedMatMul"})
