@@ -19,6 +19,8 @@ Layout, as Kineto writes it:
   (``perf:task-clock``, ``perf:task-clock (regions)``) with one ``value``: the counter's delta
   over the step as a rate per second, set at the step's start (see
   :mod:`dlprof.exporters.counter_rates`).
+* The header as Kineto writes it: one key per line, in Kineto's order, a space after each colon
+  (Holistic Trace Analysis finds each file's rank by that spacing; see :func:`kineto_header`).
 * Times are microseconds (three decimals at most) after ``baseTimeNanoseconds``. Kineto floors
   the profiler's start to a 7,889,238-second interval; this exporter floors the run's earliest
   timestamp to a whole second instead, so that ``ts`` stays small enough for a double to carry
@@ -30,6 +32,7 @@ Events are written in batches as they are made, never held for the whole run.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import IO, Any
 
@@ -192,6 +195,34 @@ def base_time_ns(run: Run) -> int:
     return (min(known) // 1_000_000_000) * 1_000_000_000 if known else 0
 
 
+def kineto_header(devices: list[dict[str, Any]], rank: int, world_size: int, base_ns: int) -> bytes:
+    """The trace's opening, up to and with the ``traceEvents`` array's bracket, as Kineto writes it.
+
+    Kineto writes one key per line in this order, and the ``distributedInfo`` object as torch's
+    ``json.dumps`` makes it, a space after each colon. Holistic Trace Analysis finds a file's
+    rank with the pattern ``"rank":\\s+(\\d+)`` on the first line that has it: without the space
+    every rank reads as rank 0.
+
+    Args:
+        devices: the manifest's device properties.
+        rank: the rank this file holds.
+        world_size: the job's number of ranks.
+        base_ns: the file's time base (see :func:`base_time_ns`).
+
+    Returns:
+        The header's bytes, ending in a newline after ``"traceEvents": [``.
+    """
+    fields = (
+        ("schemaVersion", 1),
+        ("deviceProperties", devices),
+        ("distributedInfo", {"rank": rank, "world_size": world_size}),
+        ("displayTimeUnit", "ms"),
+        ("baseTimeNanoseconds", base_ns),
+    )
+    lines = [f"  {json.dumps(key)}: {json.dumps(value)}," for key, value in fields]
+    return ("{\n" + "\n".join(lines) + '\n  "traceEvents": [\n').encode()
+
+
 def program_name(run: Run) -> str:
     """What Kineto calls the process: the file name of the program the run recorded.
 
@@ -270,15 +301,7 @@ class _RankFile:
 
     def write(self, flows: Flows, trace_name: str, rates: list[RateTrack]) -> None:
         manifest = self.run.manifest
-        header = {
-            "schemaVersion": 1,
-            "deviceProperties": manifest.devices,
-            "distributedInfo": {"rank": self.rank, "world_size": manifest.world_size},
-            "baseTimeNanoseconds": self.base_ns,
-            "displayTimeUnit": "ms",
-        }
-        # The header object, left open for the event array that follows it.
-        self.file.write(orjson.dumps(header)[:-1] + b',"traceEvents":[\n')
+        self.file.write(kineto_header(manifest.devices, self.rank, manifest.world_size, self.base_ns))
         self.emit(self.metadata())
         self.write_slices(flows)
         self.write_counters()
@@ -287,7 +310,7 @@ class _RankFile:
                         "args": {"value": value}}
                        for ts, value in zip(self.us(track.ts_ns), track.values, strict=True)])
         self.write_memory()
-        self.file.write(b'\n],"traceName":' + orjson.dumps(trace_name) + b"}\n")
+        self.file.write(b'\n  ],\n  "traceName": ' + json.dumps(trace_name).encode() + b"\n}\n")
 
     def metadata(self) -> list[dict[str, Any]]:
         """Process and thread names and sort orders, as Kineto names them."""
