@@ -21,24 +21,30 @@ line (``json.dumps``), cut between ``}`` and ``{``::
 from __future__ import annotations
 
 import gc
+import gzip
 import io
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import IO, Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar, cast
 
 import orjson
 
-# Decompressed bytes read at a time, and the size pieces are cut at.
-CHUNK_BYTES = 4 << 20
+# Decompressed bytes read at a time, and the size pieces are cut at: large enough that the
+# fixed cost of a piece (a query, a few hundred Arrow calls, a chunk file) vanishes.
+CHUNK_BYTES = 16 << 20
 # The longest event (or header) read into memory, after blank lines are squeezed out.
 MAX_EVENT_BYTES = 64 << 20
+# A buffer longer than this (and so than any piece) is squeezed of blank lines as it grows.
+_SQUEEZE_BYTES = 2 * CHUNK_BYTES
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # The first line that is only the events array's closing bracket (Kineto: "]," or "]}").
 _CLOSING_LINE = re.compile(rb"(?:^|\n)[ \t]*(\])")
 _SPACE = b" \t\r\n"
+_GZIP_MAGIC = b"\x1f\x8b"
 _BLANK_LINES = re.compile(rb"\n[ \t\r\n]*\n")
 _LONG_INDENT = re.compile(rb"\n[ \t\r]{256,}")
 _COMMA = re.compile(rb"[ \t\r\n]*,")
@@ -62,6 +68,22 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextmanager
+def open_stream(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """A file's bytes as a stream, decompressed a block at a time when it is gzip.
+
+    Yields:
+        (the decompressed stream, the file itself: its position is the progress made).
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    with path.open("rb") as file:
+        gzipped = file.read(2) == _GZIP_MAGIC
+        file.seek(0)
+        yield (cast(IO[bytes], gzip.GzipFile(fileobj=file, mode="rb")) if gzipped else file), file
 
 
 class TraceFormatError(ValueError):
@@ -246,7 +268,7 @@ class ChunkedTrace:
 
 
 def _bounded(buffer: bytes, position: int) -> bytes:
-    """``buffer`` squeezed of blank lines and long indentation once it is too long for one event.
+    """``buffer`` squeezed of blank lines and long indentation once it is longer than a piece.
 
     A raw newline is never inside a JSON string, so what follows one up to the next
     non-whitespace character is whitespace between tokens, which a parser skips anyway.
@@ -254,7 +276,7 @@ def _bounded(buffer: bytes, position: int) -> bytes:
     Raises:
         TraceFormatError: still longer than :data:`MAX_EVENT_BYTES`.
     """
-    if len(buffer) <= MAX_EVENT_BYTES:
+    if len(buffer) <= _SQUEEZE_BYTES:
         return buffer
     buffer = _LONG_INDENT.sub(b"\n ", _BLANK_LINES.sub(b"\n", buffer))
     if len(buffer) > MAX_EVENT_BYTES:

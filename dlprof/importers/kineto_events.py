@@ -45,7 +45,7 @@ _ARGS: dict[str, tuple[str, str]] = {
     "In msg nelems": ("in_msg_nelems", "BIGINT"),
     "dtype": ("dtype", "VARCHAR"),
     "device": ("device", "BIGINT"),
-    "stream": ("stream", "JSON"),
+    "stream": ("stream", "BIGINT"),
     "grid": ("grid", "JSON"),
     "block": ("block", "JSON"),
     "registers per thread": ("registers", "BIGINT"),
@@ -61,28 +61,29 @@ _ARGS: dict[str, tuple[str, str]] = {
     "Device Id": ("device_id", "BIGINT"),
     "Device Type": ("device_type", "BIGINT"),
 }
-_TOP = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "JSON", "tid": "JSON",
+_TOP = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "BIGINT", "tid": "BIGINT",
         "ts": "DOUBLE", "dur": "DOUBLE"}
 _STRUCTURE = orjson.dumps({**_TOP, "args": {key: kind for key, (_, kind) in _ARGS.items()}}).decode()
 # Numbers that may be written as names: the text of those that are not numbers, for as_int.
 _NAMED_NUMBERS = ("pid", "tid", "stream")
 
+# A name where a number belongs reads as null from the typed struct; its JSON text is then taken
+# from the line (rarely: "Spans", "Traces"), for as_int. Likewise a stream written as text.
 _SELECT = f"""
-SELECT e.ph AS ph, e.cat AS cat, e.name AS name,
-       {", ".join(f"TRY_CAST(e.{c} AS BIGINT) AS {c}" for c in ("pid", "tid"))},
-       e.ts AS ts, e.dur AS dur,
-       {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items() if column != "stream")},
-       TRY_CAST(e.args.stream AS BIGINT) AS stream,
-       e.args.stream IS NOT NULL AS has_stream,
+SELECT e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
+       {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items())},
+       e.args.stream IS NOT NULL OR (strpos(line, '"stream"') > 0 AND json_exists(line, '$.args.stream'))
+           AS has_stream,
        CASE WHEN e.name = '[memory]' THEN TRY_CAST(json_extract(line, '$.args.Bytes') AS BIGINT) END
            AS memory_bytes,
        -- events whose arguments are open-ended (counter series, range profiler metrics)
        CASE WHEN e.ph = 'C' OR e.cat = 'cuda_profiler_range' THEN line END AS raw,
-       {", ".join(f"CASE WHEN TRY_CAST(e.{c} AS BIGINT) IS NULL THEN CAST(e.{c} AS VARCHAR) END AS {c}_text"
-                  for c in ("pid", "tid"))},
-       CASE WHEN TRY_CAST(e.args.stream AS BIGINT) IS NULL THEN CAST(e.args.stream AS VARCHAR) END
-           AS stream_text
-FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e FROM lines)
+       CASE WHEN e.pid IS NULL THEN CAST(json_extract(line, '$.pid') AS VARCHAR) END AS pid_text,
+       CASE WHEN e.tid IS NULL THEN CAST(json_extract(line, '$.tid') AS VARCHAR) END AS tid_text,
+       CASE WHEN e.args.stream IS NULL AND strpos(line, '"stream"') > 0
+            THEN CAST(json_extract(line, '$.args.stream') AS VARCHAR) END AS stream_text
+-- OFFSET 0 keeps the parse in its subquery: inlined, it would run once for each use of e
+FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e FROM lines OFFSET 0)
 WHERE e IS NOT NULL
 """
 
@@ -104,9 +105,9 @@ class EventParser:
             layout: how the file lays them out.
             indent: the events' indentation, in Kineto's layout.
         """
-        lines = _as_lines(piece, layout, indent)
+        lines = _event_strings(piece, layout, indent)
         if lines is not None:
-            table = self.table(lines)
+            table = self._query(lines)
             if table is not None:
                 return table
         events = parse_events(piece)  # another layout, or the guess was wrong
@@ -114,15 +115,19 @@ class EventParser:
 
     def table(self, lines: bytes) -> pa.Table | None:
         """Typed columns of events given one JSON object a line; None if a line is not one."""
+        result = self._query(_line_array(lines or b"{}"))
+        return result if result is None or lines else result.slice(0, 0)
+
+    def _query(self, events: pa.StringArray) -> pa.Table | None:
         with self._lock:
-            self._connection.register("lines", pa.table({"line": _line_array(lines or b"{}")}))
+            self._connection.register("lines", pa.table({"line": events}))
             try:
                 result = self._connection.sql(_SELECT).to_arrow_table()
-            except duckdb.Error:  # a line that is not one JSON object
+            except duckdb.Error:  # a string that is not one JSON object
                 return None
             finally:
                 self._connection.unregister("lines")
-        return _named_numbers(result if lines else result.slice(0, 0))
+        return _named_numbers(result)
 
 
 def events_from_dicts(events: list[dict[str, Any]], parser: EventParser | None = None) -> pa.Table:
@@ -144,21 +149,48 @@ def as_int(value: Any) -> int:
         return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
 
 
-def _as_lines(piece: bytes, layout: Layout, indent: bytes) -> bytes | None:
-    """The piece's events one per line, or None when the layout cannot be cut by bytes alone."""
-    if b"\x00" in piece or b"\r" in piece:
-        return None
+def _event_strings(piece: bytes, layout: Layout, indent: bytes) -> pa.StringArray | None:
+    """The piece's events as strings over one copy of its bytes, or None where bytes cannot tell.
+
+    Each string runs from one event's end to the next one's: the whitespace between events is
+    part of a string, and the comma after an event's closing brace is overwritten with a space.
+    """
+    data = np.frombuffer(piece, dtype=np.uint8)
     if layout is Layout.LINES:
-        return piece.replace(b",\n", b"\n")
-    if layout is Layout.BLOCKS:
-        closing = b"\n" + indent + b"}"
-        body = piece.rstrip(_SPACE + b",")
-        if not body.endswith(closing):
-            return None
-        # The last event's closing line, then each one between events, becomes the line's end.
-        body = body[: -len(closing)].replace(closing + b",\n", b"}\x00").replace(closing + b"\n", b"}\x00")
-        return body.replace(b"\n", b" ").replace(b"\x00", b"\n") + b"}"
-    return None
+        newlines = np.flatnonzero(data == 10)
+        # An event ends at a newline followed by a line with something on it.
+        newlines = newlines[newlines + 1 < len(data)]
+        ends = newlines[data[newlines + 1] > 32]
+        before = np.maximum(ends - 1, 0)
+        ends = np.where(data[before] == 13, before, ends)  # "\r\n"
+    elif layout is Layout.BLOCKS:
+        closing = np.frombuffer(b"\n" + indent + b"}", dtype=np.uint8)
+        ends = np.flatnonzero(data == ord("}"))
+        ends = ends[ends >= len(closing) - 1]
+        for back, byte in enumerate(closing[::-1].tolist()):
+            ends = ends[data[ends - back] == byte]
+        ends = ends + 1
+    else:
+        return None
+    if len(ends) == 0 and layout is Layout.BLOCKS:
+        return None
+    writable = bytearray(piece)
+    view = np.frombuffer(writable, dtype=np.uint8)
+    # The comma after each event (after its closing brace, or at its line's end).
+    comma = ends - 1 if layout is Layout.LINES else ends
+    comma = comma[comma < len(view)]
+    for _ in range(2):  # "}," or "} ," or "},\r"
+        at_comma = view[comma] == ord(",")
+        view[comma[at_comma]] = 32
+        comma = comma[~at_comma & (view[comma] == 32)] + (1 if layout is Layout.BLOCKS else -1)
+        comma = comma[(comma >= 0) & (comma < len(view))]
+    last = int(ends[-1]) if len(ends) else 0
+    if layout is Layout.BLOCKS and writable[last:].strip(_SPACE + b","):
+        return None  # something after the last whole event
+    # Kineto's layout: up to the last event's end; one event a line: to the piece's end.
+    offsets = np.concatenate(([0], ends) if layout is Layout.BLOCKS else ([0], ends, [len(view)]))
+    return pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(writable))
 
 
 def _dumped(events: list[dict[str, Any]] | Any) -> bytes:

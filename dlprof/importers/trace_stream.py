@@ -16,22 +16,20 @@ the next is read::
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import orjson
 
-from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError
+from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError, open_stream
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_events
 from dlprof.importers.kineto_events import EventParser
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _TAIL_BYTES = 1 << 20  # the end of a file searched for keys written after the events
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(-?\d+)')
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -59,20 +57,14 @@ class TraceInfo:
 
 @contextmanager
 def open_trace(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
-    """The file's bytes as a stream, decompressed when it is gzip, and the file under it.
-
-    Yields:
-        (the decompressed stream, the file itself: its position is the progress made).
-    """
+    """:func:`~dlprof.importers.chunked_json.open_stream`, failing with a :class:`TraceImportError`."""
+    stack = ExitStack()
     try:
-        file = path.open("rb")
+        streams = stack.enter_context(open_stream(path))
     except OSError as error:
         raise TraceImportError(f"{path}: cannot read ({error.strerror or error})") from None
-    with file:
-        gzipped = file.read(2) == _GZIP_MAGIC
-        file.seek(0)
-        stream = cast(IO[bytes], gzip.GzipFile(fileobj=file, mode="rb")) if gzipped else file
-        yield stream, file
+    with stack:
+        yield streams
 
 
 def probe(path: Path, is_xplane: bool) -> TraceInfo:
@@ -101,12 +93,13 @@ def read_whole(path: Path) -> bytes:
 class ChromeTraceRows:
     """A Chrome trace's rows, piece by piece, times relative to the trace's base."""
 
-    def __init__(self, stream: IO[bytes], first_id: int) -> None:
+    def __init__(self, stream: IO[bytes], first_id: int, chunk_bytes: int = CHUNK_BYTES) -> None:
         """Args:
         stream: the decompressed trace.
         first_id: the first slice id; the pieces number their slices on from it.
+        chunk_bytes: bytes read at a time, about the size of a piece.
         """
-        self._trace = ChunkedTrace(stream, CHUNK_BYTES)
+        self._trace = ChunkedTrace(stream, chunk_bytes)
         self._first_id = first_id
 
     @property
