@@ -182,7 +182,7 @@ class ChunkedTrace:
                 return
             cut = self._last_boundary(buffer)
             if cut > grown:
-                piece = buffer[:cut]
+                piece = buffer[:cut].rstrip(_SPACE)
                 parsed = parse(piece)
                 if parsed is not None:
                     yield parsed
