@@ -37,14 +37,11 @@ import_traces minus import_stream is the compaction's share of the time and of t
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import importlib.util
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,28 +49,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from synthetic_trace import write_synthetic  # bench/ is the script's own directory
+from child_runs import child_report, measure, summarise  # bench/ is the script's own directory
+from synthetic_trace import write_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "kineto-traces"
 DEFAULT_HTA = Path(".hta-venv/bin/python")
-RESULT = "RESULT "  # a child's report line, apart from whatever the loaders print
 METHODS = ("json.load", "orjson", "convert_file", "import_stream", "import_traces", "hta")
 DEFAULT_CACHE = Path.home() / ".cache" / "dlprof-bench"
 
 
 # --- the child: one measurement -----------------------------------------------------------
-
-
-def _memory_kib() -> tuple[int, int]:
-    """This process image's resident set now and at its peak, in KiB."""
-    found = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0])
-    return found["VmRSS"], found["VmHWM"]
 
 
 def _load(method: str, path: Path, scratch: Path) -> int:
@@ -130,21 +116,7 @@ def _preload(method: str) -> None:
 
 def child(method: str, path: Path, scratch: Path) -> None:
     _preload(method)
-    gc.collect()
-    baseline, _ = _memory_kib()
-    began, cpu_began = time.perf_counter(), time.process_time()
-    produced = _load(method, path, scratch)
-    wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-    _, peak = _memory_kib()
-    report = {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "baseline_kib": baseline,
-        "peak_kib": peak,
-        "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        "produced": produced,
-    }
-    print(RESULT + json.dumps(report), flush=True)
+    child_report(lambda: _load(method, path, scratch))
 
 
 # --- the parent: every measurement, the table ---------------------------------------------
@@ -171,19 +143,12 @@ def json_bytes(path: Path) -> int:
         return sum(len(block) for block in iter(lambda: handle.read(1 << 24), b""))
 
 
-def measure(python: str, method: str, path: Path, work: Path) -> dict[str, Any]:
+def measure_method(python: str, method: str, path: Path, work: Path) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(dir=work))
     try:
-        done = subprocess.run([python, __file__, "--child", method, str(path), str(scratch)],
-                              capture_output=True, text=True, check=False, timeout=3600)
+        return measure([python, __file__, "--child", method, str(path), str(scratch)])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    if done.returncode or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"exit {done.returncode}: {tail[0]}"}
-    result: dict[str, Any] = json.loads(lines[-1][len(RESULT):])
-    return result
 
 
 def available(args: argparse.Namespace) -> dict[str, str]:
@@ -204,20 +169,6 @@ def available(args: argparse.Namespace) -> dict[str, str]:
             print(f"hta: cannot import hta.trace_analysis with {python}; left out "
                   "(python3 -m venv .hta-venv && .hta-venv/bin/pip install HolisticTraceAnalysis)")
     return methods
-
-
-def summarise(runs: list[dict[str, Any]], size: int) -> dict[str, Any]:
-    good = [r for r in runs if "error" not in r]
-    if not good:
-        return {"error": runs[0]["error"]}
-    wall = statistics.median(r["wall_s"] for r in good)
-    # On a host whose speed drifts, the fastest run is the closest to the work's own cost.
-    best = min(r["wall_s"] for r in good)
-    growth = [(r["peak_kib"] - r["baseline_kib"]) * 1024 for r in good]
-    cpu = statistics.median(r["cpu_s"] for r in good)
-    return {"wall_s": wall, "best_wall_s": best, "mb_per_s": size / wall / 1e6, "best_mb_per_s": size / best / 1e6,
-            "cpu_s": cpu, "mb_per_cpu_s": size / cpu / 1e6, "peak_growth_bytes": statistics.median(growth),
-            "peak_growth_max_bytes": max(growth), "produced": good[0]["produced"], "runs": len(good)}
 
 
 def report(results: dict[str, dict[str, Any]], files: dict[str, dict[str, Any]]) -> None:
@@ -294,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 # A rotated order each round, so that drift falls on every method alike.
                 order = list(methods)[round_index % len(methods):] + list(methods)[:round_index % len(methods)]
                 for method in order:
-                    runs[method].append(measure(methods[method], method, path, work))
+                    runs[method].append(measure_method(methods[method], method, path, work))
                     print(f"{label} {method} round {round_index + 1}: "
                           f"{runs[method][-1].get('wall_s', runs[method][-1].get('error'))}", flush=True)
             for method in methods:

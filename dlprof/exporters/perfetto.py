@@ -8,8 +8,10 @@ a few thousand at a time as fields of a ``Trace`` message, which is exactly the 
 
 Layout:
 
-* a process track per (rank, pid) and a thread track per CPU thread under it; a track per
-  device (``cuda:0``) holding one child track per stream;
+* one timeline for the whole job, every rank on rank 0's clock: a process track per (rank, pid)
+  and a thread track per CPU thread under it; a track per device (``cuda:0``), holding one child
+  track per stream, inside the rank's main process (its lowest pid), so that each rank is one
+  group of tracks;
 * slices as ``TYPE_SLICE_BEGIN``/``TYPE_SLICE_END`` pairs in depth-first order per track, so a
   slice ends before its next sibling begins; names, categories (Kineto's, as the Chrome
   exporter writes them) and argument names are interned on the one packet sequence;
@@ -165,6 +167,9 @@ class _Tracks:
 
     program: str
     many_ranks: bool
+    # Each rank's main process (its lowest CPU pid): its devices are drawn inside it, so that a
+    # rank's threads, streams and counters make one group in the timeline.
+    main_pids: dict[int, int] = field(default_factory=dict)
     processes: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, pid)
     threads: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (rank, pid, tid)
     devices: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, device)
@@ -179,6 +184,9 @@ class _Tracks:
     def of(cls, run: Run, indexes: dict[int, RankIndex], rates: list[RateTrack]) -> _Tracks:
         ranks = set(indexes) | set(run.manifest.ranks)
         tracks = cls(program=program_name(run), many_ranks=len(ranks) > 1)
+        for rank, index in indexes.items():
+            cpu_pids = [pid for pid, device, _ in index.tracks if device == "cpu"]
+            tracks.main_pids[rank] = min(cpu_pids) if cpu_pids else 0
         for rank, index in indexes.items():
             for pid, device, tid in index.tracks:
                 if device == "cpu":
@@ -228,8 +236,9 @@ class _Tracks:
         uuid = self.devices.get((rank, device))
         if uuid is None:
             name = f"{device} (rank {rank})" if self.many_ranks else device
+            parent = self.process(rank, self.main_pids.get(rank, 0))
             uuid = self.devices[(rank, device)] = self._add(pb.TrackDescriptor(
-                name=name, child_ordering=pb.TrackDescriptor.EXPLICIT))
+                parent_uuid=parent, name=name, child_ordering=pb.TrackDescriptor.EXPLICIT))
         return uuid
 
     def stream(self, rank: int, pid: int, device: str, tid: int) -> int:
