@@ -54,7 +54,8 @@ _ARGS: dict[str, tuple[str, str]] = {
     "warps per SM": ("warps_per_sm", "DOUBLE"),
     "est. achieved occupancy %": ("occupancy", "DOUBLE"),
     # [memory] instants. Their "Bytes" differs from "bytes" only in case, which DuckDB's
-    # structs cannot tell apart: it is read on its own (see _SELECT).
+    # structs cannot tell apart: it is read on its own (see _SELECT), as is torch 1.8's
+    # "external id".
     "Total Allocated": ("total_allocated", "BIGINT"),
     "Total Reserved": ("total_reserved", "BIGINT"),
     "Addr": ("addr", "BIGINT"),
@@ -76,6 +77,9 @@ SELECT e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.t
            AS has_stream,
        CASE WHEN e.name = '[memory]' THEN TRY_CAST(json_extract(line, '$.args.Bytes') AS BIGINT) END
            AS memory_bytes,
+       -- torch 1.8 and 1.9 wrote "external id" on device work and runtime calls
+       CASE WHEN e.args."External id" IS NULL AND strpos(line, '"external id"') > 0
+            THEN TRY_CAST(json_extract(line, '$.args."external id"') AS BIGINT) END AS external_id_2021,
        -- events whose arguments are open-ended (counter series, range profiler metrics)
        CASE WHEN e.ph = 'C' OR e.cat = 'cuda_profiler_range' THEN line END AS raw,
        CASE WHEN e.pid IS NULL THEN CAST(json_extract(line, '$.pid') AS VARCHAR) END AS pid_text,

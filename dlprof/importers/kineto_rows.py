@@ -27,17 +27,40 @@ from dlprof.keys import Kind
 PROFILER_RANGE = "cuda_profiler_range"
 STEP_PREFIX = "ProfilerStep#"
 
-# Kineto's categories (libkineto's ActivityType names) of the kinds dlprof understands.
+# Kineto's categories of the kinds dlprof understands: libkineto's ActivityType names, the other
+# accelerators' (device work counts as device work whatever it runs on), and the names Kineto
+# wrote before its categories were ActivityType names (torch 1.8 and 1.9, 2021). Any other
+# category is kept as a kind of its own.
 KIND_OF_CATEGORY: dict[str, str] = {
     "cpu_op": Kind.OP,
     "user_annotation": Kind.USER_ANNOTATION,
     "python_function": Kind.PYTHON,
-    "kernel": Kind.KERNEL,
+    "kernel": Kind.KERNEL,  # CUDA's, ROCm's (HIP's) and XPU's kernels alike
     "gpu_memcpy": Kind.MEMCPY,
     "gpu_memset": Kind.MEMSET,
-    "cuda_runtime": Kind.RUNTIME,
+    "cuda_runtime": Kind.RUNTIME,  # ROCm's HIP calls too (hipLaunchKernel...)
     "cuda_driver": Kind.RUNTIME,
+    # Meta's MTIA: work on the accelerator's command processors, and the host calls launching it.
+    "mtia_ccp_events": Kind.KERNEL,
+    "mtia_runtime": Kind.RUNTIME,
+    "xpu_runtime": Kind.RUNTIME,
+    "xpu_driver": Kind.RUNTIME,
+    "privateuse1_runtime": Kind.RUNTIME,
+    "privateuse1_driver": Kind.RUNTIME,
+    "hpu_op": Kind.RUNTIME,  # Gaudi's host-side runtime calls
+    # torch 1.8/1.9: "Operator" for ops and steps, "Python" for Python functions.
+    "Operator": Kind.OP,
+    "Kernel": Kind.KERNEL,
+    "Memcpy": Kind.MEMCPY,
+    "Memset": Kind.MEMSET,
+    "Runtime": Kind.RUNTIME,
+    "Python": Kind.PYTHON,
 }
+# The device type of device work whose category names it; other device work is "cuda" (as torch
+# calls ROCm's GPUs too).
+DEVICE_TYPE_OF_CATEGORY: dict[str, str] = {"mtia_ccp_events": "mtia"}
+# c10::DeviceType numbers of Kineto's [memory] events: 0 is the CPU, any other not named here cuda.
+_DEVICE_TYPE_NAMES = {0: "cpu", 12: "xpu", 13: "mps", 19: "mtia"}
 _COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 # Kinds that run on a device even when the event names no stream.
 _DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, PROFILER_RANGE)
@@ -83,7 +106,8 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
     pid = events.column("pid").combine_chunks().fill_null(_NONE_NUMBER)
     tid = events.column("tid").combine_chunks().fill_null(_NONE_NUMBER)
     device_index = pc.cast(pc.coalesce(events.column("device").combine_chunks(), pid), pa.string())
-    device = pc.if_else(on_device, pc.binary_join_element_wise("cuda:", device_index, ""), "cpu")
+    device_type = _by_category(category, DEVICE_TYPE_OF_CATEGORY, "cuda")
+    device = pc.if_else(on_device, pc.binary_join_element_wise(device_type, device_index, ":"), "cpu")
     # Device work: the stream is its thread (the tid when the event names none).
     stream = pc.if_else(on_device, pc.coalesce(events.column("stream").combine_chunks(), tid),
                         pa.nulls(n, pa.int64()))
@@ -109,7 +133,7 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
         "start_ns": pa.array(us_to_ns(events.column("ts")) + shift_ns),
         "dur_ns": pa.array(us_to_ns(events.column("dur"))),
         "correlation_id": events.column("correlation"),
-        "external_id": events.column("external_id"),
+        "external_id": pc.coalesce(events.column("external_id"), events.column("external_id_2021")),
         "sequence_nr": events.column("sequence_nr"),
         "input_shapes": pc.if_else(shaped, dims, pa.nulls(n, pa.string())),
         "input_dtypes": pc.if_else(shaped, events.column("input_type").combine_chunks(),
@@ -133,11 +157,13 @@ def memory_rows(events: pa.Table, shift_ns: int) -> pa.Table:
     """The memory table of Kineto's ``[memory]`` instants (the allocating op is found later)."""
     n = events.num_rows
     device_id = pc.cast(events.column("device_id").combine_chunks().fill_null(-1), pa.string())
-    on_cpu = pc.equal(events.column("device_type").combine_chunks().fill_null(0), 0)
+    types = events.column("device_type").combine_chunks().fill_null(0)
+    on_cpu = pc.equal(types, 0)
+    type_name = _by_category(pc.cast(types, pa.string()), {str(k): v for k, v in _DEVICE_TYPE_NAMES.items()}, "cuda")
     return pa.table({
         "pid": events.column("pid").combine_chunks().fill_null(_NONE_NUMBER),
         "tid": events.column("tid").combine_chunks().fill_null(_NONE_NUMBER),
-        "device": _dictionary(pc.if_else(on_cpu, "cpu", pc.binary_join_element_wise("cuda:", device_id, ""))),
+        "device": _dictionary(pc.if_else(on_cpu, "cpu", pc.binary_join_element_wise(type_name, device_id, ":"))),
         "ts_ns": pa.array(us_to_ns(events.column("ts")) + shift_ns),
         "bytes": events.column("memory_bytes"),
         "total_allocated": events.column("total_allocated"),
@@ -227,14 +253,21 @@ def comm_bytes(args: dict[str, Any]) -> int | None:
     return int(np.prod(shape, dtype=np.int64)) * _DTYPE_BYTES[types[0]]
 
 
+def _by_category(values: pa.Array, table: dict[str, str], default: str | None = None) -> pa.Array:
+    """``table[value]`` for each value (the value itself, or ``default``, where it has none)."""
+    encoded = pc.dictionary_encode(values)
+    words = [table.get(v, v if default is None else default) for v in encoded.dictionary.to_pylist()]
+    return pa.array([str(w) for w in words], pa.string()).take(encoded.indices)
+
+
 def _kinds(category: pa.Array, name: pa.Array, region_names: frozenset[str]) -> pa.Array:
     """Each slice's kind: its category's, then regions, steps and collectives by name."""
-    encoded = pc.dictionary_encode(category)
-    words = [KIND_OF_CATEGORY.get(c, c) for c in encoded.dictionary.to_pylist()]
-    kind = pa.array([str(w) for w in words], pa.string()).take(encoded.indices)
+    kind = _by_category(category, KIND_OF_CATEGORY)
     annotation = pc.equal(kind, str(Kind.USER_ANNOTATION))
     region = pc.and_(annotation, pc.is_in(name, pa.array(sorted(region_names), pa.string())))
-    step = pc.and_(pc.and_(annotation, pc.invert(region)), pc.starts_with(name, STEP_PREFIX))
+    # Steps are user annotations, or ops where torch 1.8 recorded them as "Operator".
+    stepping = pc.or_(annotation, pc.equal(category, "Operator"))
+    step = pc.and_(pc.and_(stepping, pc.invert(region)), pc.starts_with(name, STEP_PREFIX))
     comm = pc.and_(pc.and_(pc.or_(annotation, pc.equal(kind, str(Kind.OP))), pc.invert(pc.or_(region, step))),
                    _starts_with_any(name, _COMM_PREFIXES))
     kind = pc.if_else(region, str(Kind.REGION), kind)
