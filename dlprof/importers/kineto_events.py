@@ -213,15 +213,11 @@ def _line_array(lines: bytes) -> pa.StringArray:
 def _named_numbers(table: pa.Table) -> pa.Table:
     """Fill the numbers a trace wrote as names (``"pid": "Spans"``) with :func:`as_int`."""
     for column in _NAMED_NUMBERS:
-        text = table.column(f"{column}_text")
+        text = table.column(f"{column}_text").combine_chunks()
         if text.null_count < len(text):
-            numbers = table.column(column)
             named = pc.is_valid(text)
-            values = [as_int(orjson.loads(t)) for t in text.filter(named).to_pylist()]
-            filled = numbers.to_numpy(zero_copy_only=False)
-            filled = np.where(named.to_numpy(zero_copy_only=False), 0, np.nan_to_num(filled.astype(float))).astype(np.int64)
-            filled[np.flatnonzero(named.to_numpy(zero_copy_only=False))] = values
-            mask = pc.and_(pc.is_null(numbers), pc.invert(named)).to_numpy(zero_copy_only=False)
-            table = table.set_column(table.schema.get_field_index(column), column, pa.array(filled, mask=mask))
+            values = pa.array([as_int(orjson.loads(t)) for t in text.filter(named).to_pylist()], pa.int64())
+            numbers = pc.replace_with_mask(table.column(column).combine_chunks(), named, values)
+            table = table.set_column(table.schema.get_field_index(column), column, numbers)
         table = table.drop_columns([f"{column}_text"])
     return table
