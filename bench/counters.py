@@ -27,9 +27,9 @@ from pathlib import Path
 
 import dlprof
 from dlprof.collectors.nvml import NvmlCollector
-from dlprof.collectors.perf_event import PerfCounters
 from dlprof.config import ProfileConfig
 from dlprof.session import Session
+from dlprof.support.perf_event import PerfCounters
 
 COUNTERS = ("task-clock", "page-faults", "context-switches", "cpu-migrations")
 

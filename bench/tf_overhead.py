@@ -50,10 +50,10 @@ from rich.console import Console
 from rich.table import Table
 
 import dlprof
-from dlprof.collectors.profiler_cycles import hidden_chatter
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.importers.xplane import XPLANE_SUFFIX, XPlaneOptions, convert_xspace, read_xspace
 from dlprof.schedule import Schedule
+from dlprof.support.chatter import hidden_chatter
 
 ROOT = Path(__file__).resolve().parents[1]
 StepHook = Callable[[], None] | None

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
+from dlprof.config import ProfileConfig
 from dlprof.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -52,12 +52,13 @@ def profile(
     out: str | os.PathLike[str] | None = None,
     *,
     schedule: str | Schedule | None = None,
-    collectors: tuple[str, ...] | list[str] = DEFAULT_COLLECTORS,
+    collectors: tuple[str, ...] | list[str] | None = None,
     name: str = "profile",
     record_shapes: bool = True,
     profile_memory: bool = True,
     with_flops: bool = True,
     with_stack: bool = False,
+    all_threads: bool = False,
     counters: tuple[str, ...] | list[str] = (),
     counter_scope: str = "thread",
 ) -> Session:
@@ -68,13 +69,16 @@ def profile(
         schedule: ``"skip_first,wait,warmup,active,repeat"`` or a :class:`Schedule`; by
             default every step is recorded.
         collectors: which collectors to run (``torch``, ``layers``, ``tensorflow``, ``host``...);
-            the default set records whichever of PyTorch and TensorFlow the program uses.
+            None, the default set, records whichever of PyTorch and TensorFlow the program
+            imports (each framework's collectors start once it is imported).
         name: the run's name.
         record_shapes: record op input shapes (torch collector).
         profile_memory: record allocations (torch collector).
         with_flops: estimate FLOPs of matrix and convolution ops (torch collector).
         with_stack: record Python stacks of ops (torch collector; TensorFlow's Python tracer
             for the tensorflow collector; costly).
+        all_threads: record the ops of every Python thread, not only of the one that enters
+            the session (torch collector; torch.profiler then records no allocations).
         counters: CPU counters per step and region (``task-clock``, ``page-faults``...; see
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.
@@ -91,18 +95,16 @@ def profile(
     place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
-    collectors = tuple(collectors)
-    if counters and "counters" not in collectors:
-        collectors = (*collectors, "counters")
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
-        collectors=tuple(collectors),
+        collectors=tuple(collectors) if collectors is not None else None,
         schedule=schedule,
         record_shapes=record_shapes,
         profile_memory=profile_memory,
         with_flops=with_flops,
         with_stack=with_stack,
+        all_threads=all_threads,
         counters=tuple(counters),
         counter_scope=counter_scope,
         rank=place.rank,

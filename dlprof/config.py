@@ -7,9 +7,6 @@ from pathlib import Path
 
 from dlprof.schedule import Schedule
 
-# The framework collectors wait for the program to use their framework: tensorflow's starts when
-# the program imports tensorflow, and records nothing in a PyTorch program.
-DEFAULT_COLLECTORS = ("torch", "layers", "tensorflow", "host", "dataloader")
 RUNS_DIR = Path("dlprof-runs")
 
 
@@ -21,8 +18,9 @@ class ProfileConfig:
     out: Path | None = None
     # Names the run directory and the manifest (the script's name under `dlprof run`).
     name: str = "profile"
-    # Collector names, in start order (see dlprof.collectors.registry).
-    collectors: tuple[str, ...] = DEFAULT_COLLECTORS
+    # Collector names (see dlprof.collectors.registry); None: every collector in the default set.
+    # Framework collectors wait for the program to import their framework.
+    collectors: tuple[str, ...] | None = None
     # Which steps are recorded; None records every step.
     schedule: Schedule | None = None
     # Steps per saved chunk when no schedule is given: bounds torch.profiler's memory.
@@ -36,6 +34,9 @@ class ProfileConfig:
     profile_memory: bool = True
     with_flops: bool = True
     with_stack: bool = False
+    # torch.profiler: record the ops of every Python thread, not only of the one that starts
+    # profiling (Kineto's profile_all_threads, which records no allocations in torch 2.13).
+    all_threads: bool = False
     # The command line recorded in the manifest.
     command: tuple[str, ...] = ()
     # This process's rank in a distributed job, and the job's size (see dlprof.distributed).

@@ -15,7 +15,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -77,10 +77,7 @@ def run_target(
         report: told which phase of saving the run begins, once the target has ended.
     """
     target.check()
-    collectors = config.collectors
-    if config.auto_steps and "optimizer_steps" not in collectors:
-        collectors = (*collectors, "optimizer_steps")
-    session = Session(replace(config, collectors=collectors))
+    session = Session(config)
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
     error: BaseException | None = None
     exit_code = 0

@@ -11,7 +11,6 @@ it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -23,15 +22,15 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from dlprof.clock import sample_clocks
-from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.registry import collector_class
-from dlprof.config import DEFAULT_COLLECTORS, RUNS_DIR, ProfileConfig
+from dlprof.collector_set import CollectorSet, resolve_names
+from dlprof.collectors.base import CollectorContext
+from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
 from dlprof.keys import Kind, RunStatus
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
-from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
+from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
@@ -104,7 +103,6 @@ class Session:
         self._step_kind = self.slices.kind_code(Kind.STEP)
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
-        self._collectors: list[Collector] = []
         self._context: CollectorContext | None = None
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
         self._sigterm_held = False
@@ -130,6 +128,9 @@ class Session:
                     bounds_ns=(-self._clock.uncertainty_ns, self._clock.uncertainty_ns),
                 )
             ],
+        )
+        self._collectors = CollectorSet(
+            resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None
         )
 
     @property
@@ -159,25 +160,7 @@ class Session:
             record_counts=self._record_counts,
             save_if_full=self.forks.save_if_full,
         )
-        # The counters collector first: the others find its reader in the context at start.
-        # cupti_metrics next, so that it stops last: it reads back the kernels the others wrote.
-        first = ("counters", "cupti_metrics")
-        for name in sorted(self._collector_names(),
-                           key=lambda name: first.index(name) if name in first else len(first)):
-            cls = collector_class(name)
-            ok, reason = cls.available()
-            info = CollectorInfo(name=name, version=cls.version(), active=ok)
-            self.manifest.collectors.append(info)
-            if not ok:
-                info.notes.append(reason)
-                if not self._framework_absent_by_default(cls):
-                    print(f"dlprof: collector {name} unavailable: {reason}", file=sys.stderr)
-                continue
-            collector = cls()
-            collector.start(self._context)
-            info.notes = collector.notes
-            info.active = collector.active
-            self._collectors.append(collector)
+        self._collectors.start(self._context)
         self._install_signal_handler()
         self.forks.follow()
         if self._context.counter_reader is not None:
@@ -205,8 +188,7 @@ class Session:
         self.step_number += 1
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
-        for collector in self._collectors:
-            collector.on_step(self.step_number, previous, self.action)
+        self._collectors.on_step(self.step_number, previous, self.action)
         if previous is Action.RECORD_AND_SAVE or len(self.slices) > _BUFFER_LIMIT:
             self._save()
         if self.counter_reader is not None:
@@ -244,15 +226,7 @@ class Session:
                 self._record_step(self._step_start, time.perf_counter_ns())
             self.counter_reader = None
             self.manifest.end_ns = time.time_ns()
-            for collector in reversed(self._collectors):
-                if report is not None:
-                    report(f"dlprof: saving {collector.name} data")
-                try:
-                    collector.stop()
-                except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                    note = f"failed while stopping: {type(failure).__name__}: {failure}"
-                    self._info(collector.name).notes.append(note)
-                    print(f"dlprof: collector {collector.name} {note}", file=sys.stderr)
+            self._collectors.stop(report)
             if report is not None:
                 report("dlprof: writing the run")
             self._save()
@@ -308,8 +282,7 @@ class Session:
             self._record_counts(slice_id, self._step_counts, self.counter_reader())
 
     def _save(self) -> None:
-        for collector in self._collectors:
-            collector.save()
+        self._collectors.save()
         self.sink.append_slices(self.slices.drain(), "session")
         self._save_metrics()
 
@@ -317,26 +290,9 @@ class Session:
         if self._counter_deltas is not None:
             self.sink.append_metrics(self._counter_deltas.drain(), "session")
 
-    def _framework_absent_by_default(self, cls: type[Collector]) -> bool:
-        """A default collector for a framework that is not installed: the program cannot use
-        that framework either, so there is nothing to say (the manifest still notes it)."""
-        return (
-            self.config.collectors == DEFAULT_COLLECTORS
-            and cls.requires is not None
-            and importlib.util.find_spec(cls.requires[0]) is None
-        )
-
-    def _collector_names(self) -> tuple[str, ...]:
-        """The configured collectors, and in a torch job of several ranks the rank clock."""
-        names = self.config.collectors
-        if (self.config.world_size > 1 and "rank_clock" not in names
-                and importlib.util.find_spec("torch") is not None):
-            names = (*names, "rank_clock")
-        return names
-
     def _drop_parent_state(self) -> None:
         """In a forked child: the collectors' threads and profilers stayed with the parent."""
-        self._collectors = []
+        self._collectors.forget()
         self.counter_reader = None
         self._counter_deltas = None
 
@@ -347,9 +303,6 @@ class Session:
             if self.config.rank != 0:
                 return
         self.manifest.write(self.run_dir)
-
-    def _info(self, name: str) -> CollectorInfo:
-        return next(info for info in self.manifest.collectors if info.name == name)
 
     # --- signals ----------------------------------------------------------------------------
 

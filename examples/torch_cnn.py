@@ -1,6 +1,7 @@
 """A small CNN trained on synthetic MNIST-shaped data, on the CPU: dlprof's bundled example.
 
     dlprof run examples/torch_cnn.py --steps 300
+    dlprof run examples/torch_cnn.py --device cuda    # on a GPU: kernels, memcpy and memset too
     python examples/torch_cnn.py          # the same, unprofiled
 
 Regions mark data loading and validation; under `dlprof run` each optimizer.step() ends a step.
@@ -47,11 +48,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=800, help="training steps")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu", help="where to train: cpu, cuda or cuda:N")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = CNN()
+    device = torch.device(args.device)
+    model = CNN().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     data = synthetic_batches(16, args.batch_size)
@@ -59,6 +62,8 @@ def main() -> None:
     for step in range(args.steps):
         with dlprof.region("data"):
             inputs, labels = data[step % len(data)]
+            if device.type != "cpu":  # a host-to-device copy each step, as an input pipeline makes
+                inputs, labels = inputs.to(device), labels.to(device)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), labels)
         loss.backward()
@@ -66,7 +71,7 @@ def main() -> None:
         if step % 100 == 0:
             print(f"step {step:4d}  loss {loss.item():.4f}")
     with dlprof.region("validate"), torch.no_grad():
-        inputs, labels = data[0]
+        inputs, labels = (tensor.to(device) for tensor in data[0])
         accuracy = (model(inputs).argmax(1) == labels).float().mean().item()
     print(f"trained {args.steps} steps in {time.perf_counter() - started:.1f}s, accuracy {accuracy:.2f}")
 

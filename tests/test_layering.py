@@ -34,6 +34,7 @@ class Layer(StrEnum):
 
     CORE = "keys/config/clock/schedule"
     STORE = "store"
+    SUPPORT = "support"
     IMPORTERS = "importers"
     COLLECTORS = "collectors"
     SESSION = "session/region/runner"
@@ -54,6 +55,7 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.schedule": Layer.CORE,
     "dlprof.distributed": Layer.CORE,
     "dlprof.store": Layer.STORE,
+    "dlprof.support": Layer.SUPPORT,
     "dlprof.importers": Layer.IMPORTERS,
     "dlprof.collectors": Layer.COLLECTORS,
     "dlprof.session": Layer.SESSION,
@@ -76,7 +78,9 @@ _ABOVE_SESSION = {Layer.ANALYSIS, Layer.EXPORTERS, Layer.VIEWERS, Layer.CLI, Lay
 # collection.
 FORBIDDEN: dict[Layer, frozenset[Layer]] = {
     Layer.CORE: frozenset(Layer) - {Layer.CORE},
-    Layer.STORE: frozenset({Layer.IMPORTERS, Layer.COLLECTORS, Layer.SESSION, *_ABOVE_SESSION}),
+    Layer.STORE: frozenset({Layer.SUPPORT, Layer.IMPORTERS, Layer.COLLECTORS, Layer.SESSION, *_ABOVE_SESSION}),
+    # What the collectors stand on (perf_event, demangling, import watches): no collector in it.
+    Layer.SUPPORT: frozenset({Layer.IMPORTERS, Layer.COLLECTORS, Layer.SESSION, *_ABOVE_SESSION}),
     Layer.IMPORTERS: frozenset({Layer.COLLECTORS, Layer.SESSION, *_ABOVE_SESSION}),
     Layer.COLLECTORS: frozenset({Layer.SESSION, *_ABOVE_SESSION}),
     Layer.SESSION: frozenset(_ABOVE_SESSION),

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlprof.collectors.counters import backend_status, papi_events
-from dlprof.collectors.perf_event import available_events
+from dlprof.support.perf_event import available_events
 
 HELP = """List the counters dlprof can count on this machine, per backend.
 

@@ -6,23 +6,13 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.console import Console
-from rich.status import Status
 
 from dlprof.cli.common import UsageError
-from dlprof.cli.top import print_top
-from dlprof.collectors.registry import NAMES, UnknownCollectorError, collector_class
-from dlprof.config import DEFAULT_COLLECTORS, ProfileConfig
-from dlprof.distributed import RankEnvironment
-from dlprof.keys import GroupKey, SortKey
-from dlprof.launcher import LaunchError, launch_ranks
-from dlprof.runner import Target, TargetError, run_target
-from dlprof.schedule import Schedule, ScheduleError
-from dlprof.session import new_run_dir
-from dlprof.store.manifest import MANIFEST_NAME, Manifest
-from dlprof.store.reader import RunError, load
+
+# Everything else is imported when the command runs: `dlprof --help` loads this module too.
 
 HELP = """Run a Python script (or -m module) under the profiler.
 
@@ -50,8 +40,10 @@ class _SavingStatus:
     """A spinner on stderr while the run is saved (nothing shows while the script runs)."""
 
     def __init__(self) -> None:
+        from rich.console import Console
+
         self._console = Console(stderr=True)
-        self._status: Status | None = None
+        self._status: Any = None
 
     def update(self, phase: str) -> None:
         if self._status is None:
@@ -69,6 +61,10 @@ class _SavingStatus:
 
 
 def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None) -> None:
+    from dlprof.cli.top import print_top
+    from dlprof.keys import GroupKey, SortKey
+    from dlprof.store.reader import load
+
     try:
         print_top(load(run_dir), kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
                   by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank)
@@ -78,6 +74,9 @@ def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int 
 
 def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     """--nproc: the same command for every rank, less --nproc and the top table, via torchrun."""
+    from dlprof.launcher import LaunchError, launch_ranks
+    from dlprof.store.reader import RunError, load
+
     context = click.get_current_context()
     args: list[str] = []
     for param in context.command.params:
@@ -104,7 +103,7 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     print(f"dlprof: run {loaded.status} ({len(manifest.ranks)} ranks, "
           f"{sum(manifest.counts.values())} events){detail}: {run_dir}", file=sys.stderr)
     if top_rows and manifest.counts.get("slices"):
-        collectors = tuple(info.name for info in manifest.collectors)
+        collectors = tuple(info.name for info in manifest.collectors if info.active)
         _print_top(run_dir, collectors, top_rows)
     # The failing rank's own exit code, where torchrun only says that one failed.
     return manifest.exit_code or torchrun_code
@@ -112,6 +111,9 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
 
 def _record_job_command(run_dir: Path) -> None:
     """The job's manifest names the command the user typed, not torchrun's for each rank."""
+    from dlprof.store.manifest import MANIFEST_NAME, Manifest
+    from dlprof.store.reader import RunError
+
     if (run_dir / MANIFEST_NAME).is_file():
         try:
             job = Manifest.read(run_dir)
@@ -127,7 +129,7 @@ def _counters(text: str | None) -> tuple[str, ...]:
     if text is None:
         return ()
     from dlprof.collectors.counters import known_counter
-    from dlprof.collectors.perf_event import EVENTS
+    from dlprof.support.perf_event import EVENTS
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if not known_counter(n)]
@@ -137,7 +139,12 @@ def _counters(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _collectors(text: str) -> tuple[str, ...]:
+def _collectors(text: str | None) -> tuple[str, ...] | None:
+    """The collectors named, each checked; None for the default set."""
+    from dlprof.collectors.registry import UnknownCollectorError, collector_class
+
+    if text is None:
+        return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
         raise UsageError("--collectors: name at least one collector")
@@ -149,6 +156,19 @@ def _collectors(text: str) -> tuple[str, ...]:
     return names
 
 
+class _CollectorsOption(click.Option):
+    """--collectors, whose help names the collectors only when help is asked for (finding the
+    default set imports every collector's module)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from dlprof.collectors.registry import default_collectors, selectable
+
+        self.help = (f"Comma-separated collectors: {', '.join(selectable())}. "
+                     f"Default: {','.join(default_collectors())} (each framework's collectors "
+                     "start once the program imports it).")
+        return super().get_help_record(ctx)
+
+
 @click.command(
     "run",
     help=HELP,
@@ -158,8 +178,8 @@ def _collectors(text: str) -> tuple[str, ...]:
               help="Run directory to write.")
 @click.option("-m", "module", default=None, metavar="MODULE",
               help="Run a library module as a script, as python -m does.")
-@click.option("--collectors", default=",".join(DEFAULT_COLLECTORS), show_default=True,
-              help=f"Comma-separated collectors: {', '.join(n for n in NAMES if n != 'optimizer_steps')}.")
+@click.option("--collectors", cls=_CollectorsOption, default=None, metavar="NAME,...",
+              help="Comma-separated collectors.")
 @click.option("--schedule", default=None, metavar="SKIP,WAIT,WARMUP,ACTIVE,REPEAT",
               help="Profile only some steps, as torch.profiler.schedule (default: every step).")
 @click.option("--no-auto-steps", is_flag=True,
@@ -173,23 +193,32 @@ def _collectors(text: str) -> tuple[str, ...]:
               show_default=True, help="Count the thread that starts profiling, or every thread.")
 @click.option("--with-stack", is_flag=True,
               help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
+@click.option("--all-threads", is_flag=True,
+              help="Record the torch ops of every Python thread, not only the main one's "
+                   "(torch.profiler then records no allocations).")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def command(out: str | None, module: str | None, collectors: str, schedule: str | None,
+def command(out: str | None, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
-            with_stack: bool, nproc: int | None, target_and_args: tuple[str, ...]) -> int:
+            with_stack: bool, all_threads: bool, nproc: int | None, target_and_args: tuple[str, ...]) -> int:
+    from dlprof.runner import Target
+
     if module:
         target = Target(module, is_module=True, args=target_and_args)
     elif target_and_args:
         target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
+    from dlprof.config import ProfileConfig
+    from dlprof.distributed import RankEnvironment
+    from dlprof.runner import TargetError, run_target
+    from dlprof.schedule import Schedule, ScheduleError
+    from dlprof.session import new_run_dir
+
     chosen = _collectors(collectors)
     counter_names = _counters(counters)
-    if counter_names and "counters" not in chosen:
-        chosen = (*chosen, "counters")
-    if with_stack and "torch" not in chosen:
+    if with_stack and chosen is not None and "torch" not in chosen:
         raise UsageError("--with-stack: Python stacks come from the torch collector; add it to --collectors")
     try:
         parsed_schedule = Schedule.parse(schedule) if schedule else None
@@ -210,6 +239,7 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
         counters=counter_names,
         counter_scope=counter_scope,
         with_stack=with_stack,
+        all_threads=all_threads,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
     with _SavingStatus() as saving:
@@ -221,7 +251,8 @@ def command(out: str | None, module: str | None, collectors: str, schedule: str 
           file=sys.stderr)
     # Under torchrun the other ranks may still be writing: rank 0 shows its own part only.
     if top_rows and outcome.signum is None and place.rank == 0:
-        _print_top(outcome.run_dir, config.collectors, top_rows, rank=0 if place.distributed else None)
+        active = tuple(info.name for info in outcome.manifest.collectors if info.active)
+        _print_top(outcome.run_dir, active, top_rows, rank=0 if place.distributed else None)
     if outcome.signum is not None:
         sys.stdout.flush()
         sys.stderr.flush()

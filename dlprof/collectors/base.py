@@ -1,7 +1,9 @@
 """The collector contract: ``available()``, ``start(context)``, ``stop()``, optional step hooks.
 
 A collector that cannot work here says why once, from ``available()``, and the run goes on
-without it. Collectors write only through the sink in their context.
+without it. Collectors write only through the sink in their context. What a collector is (its
+name, the framework it waits for, whether it is in the default set, when it starts) are class
+attributes, which :mod:`dlprof.collectors.registry` and the session read.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class CollectorContext:
     # While set, only this source ends steps by itself: a Keras fit owns them while it runs, so
     # a torch optimizer stepped inside one (a callback training a torch model) ends none.
     step_owner: StepSource | None = None
+    # The collector the session lets subscribe to CUPTI (see Collector.cupti_priority).
+    cupti_owner: str | None = None
 
 
 class Collector(ABC):
@@ -76,6 +80,18 @@ class Collector(ABC):
     # The installed distribution's name, where it differs from the import name (pynvml is
     # installed as nvidia-ml-py): what version() asks for.
     distribution: ClassVar[str | None] = None
+    # The module whose import starts it: a framework the program may never use (torch in a
+    # Keras program) is never imported by dlprof. None: it starts with the session.
+    framework: ClassVar[str | None] = None
+    # In the set used when no collectors are named.
+    default: ClassVar[bool] = False
+    # Added by the session or by `dlprof run` (step sources, the rank clock), not named by users.
+    internal: ClassVar[bool] = False
+    # Collectors start in this order (then as named) and stop in reverse.
+    start_order: ClassVar[int] = 100
+    # Set on collectors that subscribe to CUPTI, which takes one subscriber per process: the
+    # session lets the available one with the lowest number subscribe (context.cupti_owner).
+    cupti_priority: ClassVar[int | None] = None
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest
@@ -103,7 +119,11 @@ class Collector(ABC):
 
     @abstractmethod
     def start(self, context: CollectorContext) -> None:
-        """Begin collecting; the current step's action is ``context.action``."""
+        """Begin collecting; the current step's action is ``context.action``.
+
+        A collector with a ``framework`` starts once the program has imported it, which may be
+        many steps into the session, from inside the program's import statement.
+        """
 
     @abstractmethod
     def stop(self) -> None:

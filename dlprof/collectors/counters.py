@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
-from dlprof.collectors.pm_sampling import is_gpu_metric
+from dlprof.collectors.cupti_metrics import is_gpu_metric
 from dlprof.store.counter_deltas import CounterReading, unobserved_ns
+from dlprof.support.perf_event import BACKEND, EVENTS, CounterInfo, PerfCounters, supported
 
 METRIC_PREFIX = "perf:"
 PAPI_PREFIX = "papi:"
@@ -189,6 +189,8 @@ def backend_status() -> list[BackendStatus]:
 class CountersCollector(Collector):
     name = "counters"
     description = "CPU counters per step and region through Linux perf_event_open and PAPI"
+    # First: the collectors after it find its counter reader in the context when they start.
+    start_order = 0
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -9,11 +9,12 @@ buffer-completed callback on CUPTI's own thread. That callback copies each recor
 fixed-shape :class:`Record` tuple and nothing more (STYLE: drain device buffers on a background
 thread); :func:`records_to_slices`, a pure function, turns the tuples into slices at save time.
 
-CUPTI allows one subscriber per process. When the ``torch`` collector is on in the same session,
+CUPTI allows one subscriber per process; the session decides which collector subscribes
+(:func:`dlprof.collectors.registry.cupti_owner`). When the ``torch`` collector is on in the same session,
 Kineto owns CUPTI and kernels come from it: this collector then does not subscribe and says so in
 the manifest.
 
-Kernel names are demangled (:mod:`dlprof.collectors.demangle`) as Kineto demangles them;
+Kernel names are demangled (:mod:`dlprof.support.demangle`) as Kineto demangles them;
 peer-to-peer copies (MEMCPY2) carry their source and destination devices in ``args`` under
 Kineto's keys. Records CUPTI dropped for want of buffer space are counted in the manifest notes.
 
@@ -33,7 +34,7 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -41,11 +42,11 @@ import orjson
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.demangle import demangle
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.ids import SLOT_CUPTI, id_base
 from dlprof.store.manifest import ClockDomain
+from dlprof.support.demangle import demangle
 
 ARBITRATION_NOTE = "Kineto (torch collector) owns CUPTI in this process; kernels come from it"
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
@@ -265,15 +266,6 @@ def driver_missing() -> str:
     return ""
 
 
-def kineto_owns_cupti(collectors: Iterable[str]) -> bool:
-    """Whether the torch collector is selected and can run, so that Kineto subscribes to CUPTI."""
-    if "torch" not in collectors:
-        return False
-    from dlprof.collectors.registry import collector_class
-
-    return collector_class("torch").available()[0]
-
-
 class CuptiBacked(Collector):
     """A collector built on cupti-python: available where it is installed, a CUDA driver loads
     and its module ``cupti_module`` imports."""
@@ -301,6 +293,7 @@ class CuptiCollector(CuptiBacked):
     name = "cupti"
     description = "CUPTI Activity API: kernels, memcpy, memset, CUDA API calls (no PyTorch needed)"
     cupti_module = "cupti.cupti"
+    cupti_priority = 1
 
     def start(self, context: CollectorContext) -> None:
         self._context = context
@@ -312,7 +305,7 @@ class CuptiCollector(CuptiBacked):
         self._next_id = id_base(context.config.rank, SLOT_CUPTI)
         self._failed_callbacks = 0
         self._dropped = 0
-        if kineto_owns_cupti(context.config.collectors):
+        if context.cupti_owner != self.name:
             # One CUPTI subscriber per process: a second one fails or steals Kineto's records.
             self.notes.append(ARBITRATION_NOTE)
             self.active = False

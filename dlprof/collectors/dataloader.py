@@ -26,6 +26,8 @@ class DataLoaderCollector(Collector):
     name = "dataloader"
     description = "DataLoader batches fetched, per worker process"
     requires = ("torch", "torch")
+    framework = "torch"
+    default = True
 
     def start(self, context: CollectorContext) -> None:
         from torch.utils.data._utils import fetch

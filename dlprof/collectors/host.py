@@ -21,7 +21,7 @@ import psutil
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.sampler import PeriodicSampler
+from dlprof.support.sampler import PeriodicSampler
 
 TRACKS = (("host.cpu_percent", "%"), ("host.rss", "bytes"), ("host.system_cpu_percent", "%"))
 # Raw readings per sample: process CPU (s), RSS (bytes), system busy and total CPU time.
@@ -73,6 +73,7 @@ class HostCollector(Collector):
     name = "host"
     description = "process CPU %, resident memory, system CPU %, sampled"
     requires = ("psutil", "")
+    default = True
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

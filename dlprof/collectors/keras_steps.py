@@ -1,8 +1,8 @@
 """Steps from Keras: under ``dlprof run`` each training batch of ``Model.fit`` ends a step.
 
-The tensorflow collector installs this once Keras is imported: ``keras.Model.fit`` is wrapped
-so that every fit gets one more callback, whose ``on_train_batch_end`` ends the session's step
-(steps are then named ``ProfilerStep#N``, as with PyTorch). While a fit runs it owns the steps
+Once the program has imported Keras, ``keras.Model.fit`` is wrapped so that every fit gets one
+more callback, whose ``on_train_batch_end`` ends the session's step (steps are then named
+``ProfilerStep#N``, as with PyTorch). While a fit runs it owns the steps
 (:attr:`CollectorContext.step_owner`), so a torch optimizer stepped inside it ends none.
 """
 
@@ -14,18 +14,29 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from dlprof.collectors.base import CollectorContext, StepSource
+from dlprof.collectors.base import Collector, CollectorContext, StepSource
 
 
-class KerasFitSteps:
+class KerasFitSteps(Collector):
     """The wrapper around ``keras.Model.fit``, installed and removed as a whole."""
 
-    def __init__(self, context: CollectorContext) -> None:
+    name = "keras_steps"
+    description = "a training step ends with each batch of a Keras Model.fit"
+    requires = ("keras", "tf")
+    framework = "keras"
+    internal = True
+
+    def start(self, context: CollectorContext) -> None:
+        import keras
+
         self._context = context
         self._installed: tuple[Any, Any] | None = None  # (the Model class, its own fit)
+        self._install(keras)
 
-    def install(self, keras: ModuleType) -> None:
-        """Wrap ``keras.Model.fit`` (once Keras is imported)."""
+    def stop(self) -> None:
+        self._uninstall()
+
+    def _install(self, keras: ModuleType) -> None:
         model_class = keras.Model
         original = model_class.fit
         signature = inspect.signature(original)
@@ -47,7 +58,7 @@ class KerasFitSteps:
         model_class.fit = fit_with_steps
         self._installed = (model_class, original)
 
-    def uninstall(self) -> None:
+    def _uninstall(self) -> None:
         if self._installed is not None:
             model_class, original = self._installed
             model_class.fit = original
@@ -66,3 +77,6 @@ def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None]], Any]:
             self._end_step()
 
     return DlprofSteps
+
+
+COLLECTOR = KerasFitSteps

@@ -35,6 +35,8 @@ class LayersCollector(Collector):
     name = "layers"
     description = "nn.Module hooks: forward and backward time per layer"
     requires = ("torch", "torch")
+    framework = "torch"
+    default = True
 
     def start(self, context: CollectorContext) -> None:
         import torch

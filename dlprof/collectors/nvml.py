@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.sampler import PeriodicSampler
+from dlprof.support.sampler import PeriodicSampler
 
 # (track, unit), in the order of Readings' fields.
 TRACKS = (

@@ -3,7 +3,7 @@
 The wrapper is set on the optimizer instance, outside torch's own ``Optimizer.step#...`` range,
 so the step boundary falls after the optimizer's work rather than inside it. The first call of
 an optimizer, under way when it is first seen, ends its step from a post-hook instead; only the first optimizer seen drives steps
-(a GAN's two optimizers make one step, not two). The hook is set once the program imports
+(a GAN's two optimizers make one step, not two). The session starts this once the program imports
 torch, so a program that never does (a Keras one) does not load it; inside a Keras fit, Keras's
 batches end the steps instead (:mod:`dlprof.collectors.keras_steps`).
 """
@@ -11,11 +11,9 @@ batches end the steps instead (:mod:`dlprof.collectors.keras_steps`).
 from __future__ import annotations
 
 import functools
-from types import ModuleType
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
-from dlprof.collectors.import_watch import when_imported
 
 _WRAPPED = "_dlprof_step_wrapper"
 
@@ -24,9 +22,12 @@ class OptimizerSteps(Collector):
     name = "optimizer_steps"
     description = "a training step ends with each optimizer.step()"
     requires = ("torch", "torch")
-
+    framework = "torch"
+    internal = True
 
     def start(self, context: CollectorContext) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
         def step() -> None:
             if context.step_owner in (None, StepSource.OPTIMIZER):  # not inside a Keras fit
                 context.step()
@@ -34,12 +35,6 @@ class OptimizerSteps(Collector):
         self._step = step
         self._driver: Any = None
         self._wrapped: list[Any] = []
-        self._handle: Any = None
-        self._watch = when_imported("torch", self._hook_optimizers)
-
-    def _hook_optimizers(self, torch: ModuleType) -> None:
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
         self._handle = register_optimizer_step_pre_hook(self._first_sight)
 
     def _first_sight(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -69,9 +64,7 @@ class OptimizerSteps(Collector):
             self._wrapped.append(optimizer)
 
     def stop(self) -> None:
-        self._watch.cancel()
-        if self._handle is not None:
-            self._handle.remove()
+        self._handle.remove()
         for optimizer in self._wrapped:
             optimizer.__dict__.pop("step", None)
             optimizer.__dict__.pop(_WRAPPED, None)

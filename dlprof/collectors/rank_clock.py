@@ -28,6 +28,8 @@ class RankClock(Collector):
     name = "rank_clock"
     description = "each rank's clock offset from rank 0 (ranks on other hosts)"
     requires = ("torch", "torch")
+    framework = "torch"
+    internal = True
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

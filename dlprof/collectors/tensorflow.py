@@ -1,12 +1,12 @@
 """The TensorFlow collector: TensorFlow's own profiler (XPlane) for ops, Keras layers, XLA ops,
 tf.data and allocator events.
 
-The collector waits for the program to import TensorFlow (:mod:`dlprof.collectors.import_watch`)
-rather than importing it: in a PyTorch program it does nothing and costs nothing. Once
+The session starts this collector once the program has imported TensorFlow (its
+``framework``), never importing it itself: in a PyTorch program it costs nothing. Once
 TensorFlow is there, ``tf.profiler.experimental.start/stop`` run once per profiling cycle of the
 session's schedule (started at a cycle's first warm-up or recorded step, stopped after its last
 recorded step), each cycle into its own directory of the run. A stopped cycle's XPlane is
-translated by :mod:`dlprof.collectors.xplane_cycle` in a low-priority child process while the
+translated by :mod:`dlprof.importers.xplane_cycle` in a low-priority child process while the
 program goes on, as the torch collector does with Kineto's traces.
 
 Each cycle starts with a ``dlprof::clock_sync`` TraceMe timed with dlprof's clock too: it maps
@@ -14,28 +14,26 @@ TensorFlow's timestamps onto dlprof's, and puts the events of the thread that ma
 training loop's) on that thread's id, so they nest under its steps and regions.
 
 Under ``dlprof run`` (``auto_steps``) every training batch of ``keras.Model.fit`` ends a step
-(:mod:`dlprof.collectors.keras_steps`). ``with_stack`` turns on TensorFlow's Python tracer.
+(:mod:`dlprof.collectors.keras_steps`). ``with_stack`` cannot turn on TensorFlow's Python
+tracer (:data:`WITH_STACK_NOTE`); the manifest says so.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import re
-import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.import_watch import ImportWatch, when_imported
-from dlprof.collectors.keras_steps import KerasFitSteps
-from dlprof.collectors.profiler_cycles import BackgroundConverter, hidden_chatter
-from dlprof.collectors.xplane_cycle import XPlaneJob, convert_cycle
+from dlprof.importers.cycle_conversion import BackgroundConverter
 from dlprof.importers.kineto import CLOCK_MARKER
+from dlprof.importers.xplane_cycle import XPlaneJob, convert_cycle
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
+from dlprof.support.chatter import hidden_chatter
 
 # What TensorFlow's profiler logs on fd 2 when it starts and stops (absl INFO lines of its
 # profiler sources), and absl's note that logging is not initialised.
@@ -44,6 +42,11 @@ _CHATTER = re.compile(
     rb"|WARNING: All log messages before absl::InitializeLog)"
 )
 _DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly")
+# TensorFlow's Python binding of its profiler (tf.profiler.experimental.start) hands every
+# ProfilerOptions value to C++ as a type its session manager does not accept: each option logs
+# "<name> expects an i value" and is ignored, python_tracer_level among them (TensorFlow 2.21).
+WITH_STACK_NOTE = ("--with-stack: TensorFlow's profiler cannot be asked for Python frames through "
+                   "its Python API (it ignores ProfilerOptions); no TensorFlow frames recorded")
 
 
 def is_tensorflow_chatter(line: bytes) -> bool:
@@ -54,6 +57,8 @@ class TensorFlowCollector(Collector):
     name = "tensorflow"
     description = "TensorFlow's profiler (XPlane): ops, Keras layers, XLA ops, tf.data, allocators"
     requires = ("tensorflow", "tf")
+    framework = "tensorflow"
+    default = True
 
     @classmethod
     def version(cls) -> str:
@@ -65,8 +70,10 @@ class TensorFlowCollector(Collector):
         return ""
 
     def start(self, context: CollectorContext) -> None:
+        import tensorflow
+
         self._context = context
-        self._tf: Any = None
+        self._tf: Any = tensorflow
         self._cycle = 0
         self._logdir: Path | None = None  # the cycle being recorded, while the profiler runs
         self._warming = False  # the cycle has not reached its first recorded step
@@ -77,45 +84,33 @@ class TensorFlowCollector(Collector):
         self._seconds = 0.0
         self._lock = threading.Lock()
         self._background: BackgroundConverter[XPlaneJob] = BackgroundConverter(
-            "dlprof-xplane", "dlprof.collectors.xplane_cycle", convert_cycle, self._finish
+            "dlprof-xplane", "dlprof.importers.xplane_cycle", convert_cycle, self._finish
         )
-        self._fit_steps = KerasFitSteps(context)
-        self._watches: list[ImportWatch] = []
-        if context.config.auto_steps:
-            self._watches.append(when_imported("keras", self._fit_steps.install))
-        self._watches.append(when_imported("tensorflow", self._tensorflow_imported))
-
-    def _tensorflow_imported(self, tensorflow: ModuleType) -> None:
-        self._tf = tensorflow
-        if self._context.action is Action.NONE:
-            return
-        try:
-            self._begin(self._context.action)
-        except Exception as failure:  # noqa: BLE001  this runs inside the program's `import tensorflow`
-            self._tf = None
-            self.notes.append(f"could not start TensorFlow's profiler: {type(failure).__name__}: {failure}")
-            print(f"dlprof: collector tensorflow: {self.notes[-1]}", file=sys.stderr)
+        if context.config.with_stack:
+            self.notes.append(WITH_STACK_NOTE)
+        if context.action is not Action.NONE:
+            self._begin(context.action)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        if self._tf is None:
-            return
-        if previous is Action.RECORD_AND_SAVE and self._logdir is not None:
+        if action is Action.NONE and self._logdir is not None:
             self._end_cycle()
-        if action is not Action.NONE and self._logdir is None:
+        elif action is not Action.NONE and self._logdir is None:
             self._begin(action)
         elif action.records and self._warming:
             self._warming = False
             self._keep_from_ns = self._now_ns()  # warm-up is over: keep what starts from here
 
+    def save(self) -> None:
+        """End the cycle here, and begin the next one at once if the step goes on recording."""
+        if self._logdir is not None:
+            self._end_cycle()
+            if self._context.action is not Action.NONE:
+                self._begin(self._context.action)
+
     def stop(self) -> None:
-        for watch in self._watches:
-            watch.cancel()
-        self._fit_steps.uninstall()
         if self._logdir is not None:
             self._end_cycle()
         self._background.close()
-        if self._tf is None:
-            self.notes.append("the program did not import tensorflow: nothing recorded")
         if self._clocks:
             self._context.clocks.append(_combined(self._clocks))
         if self._events:
@@ -128,12 +123,12 @@ class TensorFlowCollector(Collector):
         profiler = self._tf.profiler.experimental
         config = self._context.config
         logdir = self._context.run_dir / "tensorflow" / f"rank={config.rank}" / f"cycle-{self._cycle:05d}"
-        options = profiler.ProfilerOptions(
-            host_tracer_level=2, python_tracer_level=1 if config.with_stack else 0, device_tracer_level=1
-        )
         with hidden_chatter(is_tensorflow_chatter):
             try:
-                profiler.start(str(logdir), options=options)
+                # No ProfilerOptions: their defaults (host tracer 2, device tracer 1, Python tracer
+                # off) are what is wanted, and TensorFlow's Python binding rejects every option
+                # passed (see WITH_STACK_NOTE).
+                profiler.start(str(logdir))
             except self._tf.errors.AlreadyExistsError as error:  # the program's own profiler
                 note = f"cycle {self._cycle} not recorded: {error.message}"
                 if note not in self.notes:

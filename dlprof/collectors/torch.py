@@ -1,12 +1,25 @@
 """The PyTorch collector: torch.profiler (Kineto) for ops, shapes, FLOPs, memory and GPU activity.
 
-Kineto's results are never walked event by event in Python (``prof.events()`` costs about 71 µs
-per event). At the end of each cycle Kineto writes its own Chrome trace in C++, and
-:mod:`dlprof.collectors.kineto_cycle` translates it into the store, in a low-priority child
-process while the program goes on, and in this process for the cycle that ends with the program.
+The session starts it once the program has imported torch (its ``framework``), so a program that
+never does (a Keras one) never runs torch.profiler. Kineto's results are never walked event by
+event in Python (``prof.events()`` costs about 71 µs per event). At each save Kineto writes its
+own Chrome trace in C++, and :mod:`dlprof.importers.kineto_cycle` translates it into the store,
+in a child process while the program goes on, and in this process for what is left at the end.
 
-On a machine with CUDA, kernels, memcpy and memset are recorded with their correlation to the
-launching op; on a CPU-only machine only CPU ops are, and the manifest says so.
+The profiler is driven by dlprof's own schedule, not torch.profiler's: each step's action puts it
+in one of three states (idle, warming up, recording) through a table of transitions, and a save
+cuts the recording where it stands (at a step boundary, or inside a step when the session saves
+by time or memory) and starts the next one at once. Ranges open at a cut (an outer
+``record_function``) are ended there by Kineto, as it ends them at every cycle of
+torch.profiler's own schedule.
+
+torch.profiler records the ops of the thread that starts it (and the threads torch starts for
+it); with ``all_threads`` Kineto's ``profile_all_threads`` records every Python thread's ops, but
+then records no allocations (torch 2.13), so it is asked for, not the default. Python threads the
+program starts while profiling are counted, and the manifest says whether their ops were recorded.
+On a machine with CUDA, kernels, memcpy and memset are recorded
+with their correlation to the launching op; on a CPU-only machine only CPU ops are, and the
+manifest says so.
 """
 
 from __future__ import annotations
@@ -14,77 +27,119 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from enum import Enum
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.collectors.kineto_cycle import CycleJob, convert_cycle
-from dlprof.collectors.profiler_cycles import BackgroundConverter, hidden_chatter
+from dlprof.importers.cycle_conversion import BackgroundConverter
 from dlprof.importers.kineto import CLOCK_MARKER
+from dlprof.importers.kineto_cycle import CycleJob, convert_cycle
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
+from dlprof.support.chatter import hidden_chatter
+from dlprof.support.thread_watch import ThreadWatch
+
+
+class _State(Enum):
+    IDLE = "idle"
+    WARMING = "warming"  # Kineto prepared (its start-up cost paid), nothing kept yet
+    RECORDING = "recording"
+
+
+_STATE_OF_ACTION = {
+    Action.NONE: _State.IDLE,
+    Action.WARMUP: _State.WARMING,
+    Action.RECORD: _State.RECORDING,
+    Action.RECORD_AND_SAVE: _State.RECORDING,
+}
+
+# What torch.profiler must do to go from one state to another (as torch.profiler's own
+# action_map): "prepare" warms Kineto up, "start" begins keeping events, "stop" ends that,
+# "save" exports what was kept. Warming up and stopping without recording keeps nothing.
+_TRANSITIONS: dict[tuple[_State, _State], tuple[str, ...]] = {
+    (_State.IDLE, _State.WARMING): ("prepare",),
+    (_State.IDLE, _State.RECORDING): ("prepare", "start"),
+    (_State.WARMING, _State.RECORDING): ("start",),
+    (_State.WARMING, _State.IDLE): ("start", "stop"),
+    (_State.RECORDING, _State.IDLE): ("stop", "save"),
+    (_State.RECORDING, _State.WARMING): ("stop", "save", "prepare"),
+}
+# A save while recording: cut here, and go on recording.
+_CUT = ("stop", "save", "prepare", "start")
 
 
 class TorchCollector(Collector):
     name = "torch"
     description = "torch.profiler (Kineto): ops with shapes, FLOPs and memory; GPU kernels on CUDA"
     requires = ("torch", "torch")
-
-
+    framework = "torch"
+    default = True
+    cupti_priority = 0  # Kineto subscribes to CUPTI on a CUDA machine
 
     def start(self, context: CollectorContext) -> None:
         import torch
-        from torch.profiler import ProfilerAction, ProfilerActivity, profile
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.profiler import ProfilerActivity
+        from torch.profiler.profiler import _KinetoProfile
 
         self._context = context
         config = context.config
-        schedule = config.effective_schedule
-        torch_action = {
-            Action.NONE: ProfilerAction.NONE,
-            Action.WARMUP: ProfilerAction.WARMUP,
-            Action.RECORD: ProfilerAction.RECORD,
-            Action.RECORD_AND_SAVE: ProfilerAction.RECORD_AND_SAVE,
-        }
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         else:
             self.notes.append("no CUDA device: CPU ops only (no kernels, memcpy or memset)")
         self._cycle = 0
+        self._state = _State.IDLE
         self._clock_bounds: list[tuple[int, int]] = []
         self._clock_offsets: list[int] = []
         self._marker: tuple[int, int] | None = None
         self._background: BackgroundConverter[CycleJob] = BackgroundConverter(
-            "dlprof-kineto", "dlprof.collectors.kineto_cycle", convert_cycle, self._finish
+            "dlprof-kineto", "dlprof.importers.kineto_cycle", convert_cycle, self._finish
         )
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
-        self._profiler: Any = profile(
+        self._kineto: Any = _KinetoProfile(
             activities=activities,
-            schedule=lambda step: torch_action[schedule.action(step)],
-            on_trace_ready=self._on_trace_ready,
             record_shapes=config.record_shapes,
             profile_memory=config.profile_memory,
             with_flops=config.with_flops,
             with_stack=config.with_stack,
+            # trace_only: Kineto skips building the event tree that only prof.events() reads
+            # (the trace is the same); Python stacks need that tree.
+            experimental_config=_ExperimentalConfig(
+                profile_all_threads=config.all_threads, trace_only=not config.with_stack
+            ),
         )
-        with hide_kineto_chatter():
-            self._profiler.start()
-        if context.action.records:
-            self._mark_clock()
+        self._steps: dict[str, Callable[[], None]] = {
+            "prepare": self._kineto.prepare_trace,
+            "start": self._start_recording,
+            "stop": self._kineto.stop_trace,
+            "save": self._save_cycle,
+        }
+        if config.all_threads and config.profile_memory:
+            self.notes.append(ALL_THREADS_NOTE)
+        self._threads = ThreadWatch()
+        self._enter(_STATE_OF_ACTION[context.action])
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        if previous is action and action is not Action.RECORD_AND_SAVE:
-            self._profiler.step()  # no start or stop: nothing to hide, no syscalls
-        else:
-            with hide_kineto_chatter():
-                self._profiler.step()
-        if action.records and (previous is Action.RECORD_AND_SAVE or not previous.records):
-            self._mark_clock()
+        self._enter(_STATE_OF_ACTION[action])
+
+    def save(self) -> None:
+        if self._state is _State.RECORDING:
+            self._run(_CUT)
 
     def stop(self) -> None:
-        with hide_kineto_chatter():
-            self._profiler.stop()
+        self._enter(_State.IDLE)
+        self._threads.close()
+        if self._threads.names:
+            self.notes.append(
+                f"{len(self._threads.names)} other Python thread(s) started while profiling: their ops "
+                + ("recorded (all threads)" if self._context.config.all_threads
+                   else "not recorded (--all-threads records them, without allocations)")
+            )
         self._background.close()
         saved = self._context.run_dir / "kineto"
         for directory in (saved / f"rank={self._context.config.rank}", saved):
@@ -102,6 +157,24 @@ class TorchCollector(Collector):
                 )
             )
 
+    # --- the state machine ------------------------------------------------------------------
+
+    def _enter(self, state: _State) -> None:
+        steps = _TRANSITIONS.get((self._state, state), ())
+        self._state = state
+        self._run(steps)
+
+    def _run(self, steps: tuple[str, ...]) -> None:
+        if not steps:
+            return
+        with hide_kineto_chatter():
+            for step in steps:
+                self._steps[step]()
+
+    def _start_recording(self) -> None:
+        self._kineto.start_trace()
+        self._mark_clock()
+
     def _mark_clock(self) -> None:
         """Time an empty torch range with dlprof's clock, to map Kineto's clock onto it."""
         from torch.profiler import record_function
@@ -113,11 +186,11 @@ class TorchCollector(Collector):
         offset = self._context.slices.to_epoch_ns
         self._marker = (before + offset, after + offset)
 
-    def _on_trace_ready(self, profiler: Any) -> None:
+    def _save_cycle(self) -> None:
         directory = self._context.run_dir / "kineto" / f"rank={self._context.config.rank}"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"cycle-{self._cycle:05d}.json"
-        profiler.export_chrome_trace(str(path))
+        self._kineto.export_chrome_trace(str(path))
         job = CycleJob(
             trace=path,
             run_dir=self._context.run_dir,
@@ -137,6 +210,8 @@ class TorchCollector(Collector):
             self._clock_offsets.append(int(result["clock_offset_ns"]))
 
 
+ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no allocations (torch 2.13); "
+                    "memory not recorded")
 # What Kineto prints on the process's stderr each time it starts or stops a trace.
 _KINETO_CHATTER = (b"USDT:", b"STAGE:")
 

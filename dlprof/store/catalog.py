@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
+from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
-from dlprof.store.writer import CHUNK_GLOB, PART_NAME
 
 # The status shown for a directory holding a run.json that load() refuses.
 UNREADABLE = "unreadable"
@@ -118,8 +118,8 @@ def event_count(run: Run) -> int | None:
         if not table_dir.is_dir():
             continue
         for rank_dir in table_dir.glob("rank=*"):
-            part = rank_dir / PART_NAME
-            files = [part] if part.exists() else sorted(rank_dir.glob(CHUNK_GLOB))
+            found = rank_files(rank_dir)
+            files = found.parts + found.loose_chunks
             try:
                 total += sum(pq.read_metadata(f).num_rows for f in files)
             except (OSError, pa.ArrowInvalid):

@@ -9,6 +9,12 @@ if it began late in it, or is extended back to contain it if it began early in i
 backward starting inside the autograd op it runs); slices on a device stream
 never nest (a stream runs one piece of work after another), so overlaps there are kept and only
 counted.
+
+A run is nested one save at a time (:func:`nest_window`). A slice still open when its save was
+made (a region around the whole training loop) takes part as an *anchor*: a placeholder with
+its id and start and no end yet, so that the slices of that save nest under it as they would in
+the whole run; its own row comes with a later save, and the time of its children in earlier
+saves is handed back so that its self time can be made whole.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import pyarrow.compute as pc
 from dlprof.keys import NESTING_ORDER
 
 _UNRANKED = max(NESTING_ORDER.values()) + 1
+# Where an anchor (a slice still open) ends: after anything recorded.
+_OPEN_END_NS = 1 << 62
 # Passes that may move slices before the last, which only clips.
 _ADJUSTING_PASSES = 3
 
@@ -100,10 +108,32 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
         ``parent_id``, ``self_ns`` set (device slices: depth 0, no parent, self time their
         duration); and a report of what was changed or found.
     """
+    nested, report, _ = nest_window(table)
+    return nested, report
+
+
+def nest_window(
+    table: pa.Table, anchors: pa.Table | None = None
+) -> tuple[pa.Table, NestingReport, dict[int, int]]:
+    """Nest the slices of one save under the slices still open when it was made.
+
+    Args:
+        table: the slices, as for :func:`nest_slices`.
+        anchors: slices still open at the save (``id``, ``pid``, ``tid``, ``kind``, ``name``,
+            ``start_ns``), on a CPU thread: the slices of ``table`` inside them take them as
+            parents and count their depth from theirs. They are not returned.
+
+    Returns:
+        The nested slices (as :func:`nest_slices` gives them), the report, and per anchor id
+        the time of its direct children here, which its own self time must leave out.
+    """
     report = NestingReport()
     n = table.num_rows
     if n == 0:
-        return table, report
+        return table, report, {}
+    if anchors is not None and anchors.num_rows:
+        table = pa.concat_tables([table, _open_rows(anchors, table.schema)])
+    total = table.num_rows
     dur_in = table.column("dur_ns").to_numpy(zero_copy_only=False).copy()
     negative = dur_in < 0
     report.negative_durations = int(negative.sum())
@@ -118,7 +148,7 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
         )
         if report.moved_past_parent + report.extended_over_parent == moves:
             break
-        starts, durs = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        starts, durs = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
         starts[order] = start
         durs[order] = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)
         table = table.set_column(table.schema.get_field_index("start_ns"), "start_ns", pa.array(starts))
@@ -128,7 +158,7 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     dur = np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)
     parent_pos = np.asarray(parent, dtype=np.int64)
     has_parent = parent_pos >= 0
-    child_total = np.zeros(n, dtype=np.int64)
+    child_total = np.zeros(total, dtype=np.int64)
     np.add.at(child_total, parent_pos[has_parent], dur[has_parent])
     self_ns = np.maximum(dur - child_total, 0)
     ids = sorted_table.column("id").to_numpy(zero_copy_only=False)
@@ -144,7 +174,26 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
         sorted_table = sorted_table.set_column(
             sorted_table.schema.get_field_index(name), name, values.cast(sorted_table.schema.field(name).type)
         )
-    return sorted_table, report
+    if total == n:
+        return sorted_table, report, {}
+    is_anchor = np.asarray(order) >= n
+    children_time = dict(zip(ids[is_anchor].tolist(), child_total[is_anchor].tolist(), strict=True))
+    return sorted_table.filter(pa.array(~is_anchor)), report, children_time
+
+
+def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Anchors as rows of ``schema`` lasting until after anything recorded."""
+    start = anchors.column("start_ns").to_numpy(zero_copy_only=False)
+    given = {
+        "id": anchors.column("id"), "pid": anchors.column("pid"), "tid": anchors.column("tid"),
+        "kind": anchors.column("kind"), "name": anchors.column("name"),
+        "device": pa.chunked_array([pa.array(["cpu"] * anchors.num_rows)]),
+        "start_ns": pa.chunked_array([pa.array(start, pa.int64())]),
+        "dur_ns": pa.chunked_array([pa.array(_OPEN_END_NS - start, pa.int64())]),
+    }
+    columns = [given[f.name].cast(f.type) if f.name in given else pa.nulls(anchors.num_rows, f.type)
+               for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _nest_in_order(

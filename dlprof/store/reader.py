@@ -3,7 +3,8 @@
     run = dlprof.load("dlprof-runs/20261122-101500-train")
     run.slices.groupby("name").dur_ns.sum()
 
-A run killed before it was compacted is read from its chunks and nested on the way in.
+Rows saved but never made final (a run killed, a worker that saved late) are read from their chunks
+and nested on the way in.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import pyarrow.parquet as pq
 
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.job import combine, rank_status
+from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, RANK0_CLOCK, Manifest, read_rank_manifests
 from dlprof.store.nesting import nest_slices
 from dlprof.store.schema import SCHEMA_VERSION, SCHEMAS, conform
-from dlprof.store.writer import CHUNK_GLOB, PART_NAME, read_chunks
+from dlprof.store.writer import read_chunks
 
 
 class RunError(Exception):
@@ -151,15 +153,17 @@ def _read_table(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int])
     schema = SCHEMAS[table]
     parts = []
     for rank, directory in _rank_dirs(run_dir, table):
-        part = directory / PART_NAME
+        files = rank_files(directory)
         try:
-            if part.exists():
-                # conform: a run written before a column existed reads with it null.
-                data = conform(pq.read_table(part), schema)
-            else:
-                data = read_chunks(sorted(directory.glob(CHUNK_GLOB)), schema)
+            # conform: a run written before a column existed reads with it null.
+            pieces = [conform(pq.read_table(part), schema) for part in files.parts]
+            if files.loose_chunks:  # saved but not made final: a run killed, a worker late
+                loose = read_chunks(files.loose_chunks, schema)
                 if table is StoreTable.SLICES:
-                    data, _ = nest_slices(data)
+                    loose, _ = nest_slices(loose)
+                pieces.append(loose)
+            data = (pa.concat_tables(pieces, promote_options="permissive").unify_dictionaries()
+                    if pieces else schema.empty_table())
         except (pa.ArrowInvalid, OSError) as error:
             detail = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RunError(f"{directory}: damaged Parquet file ({detail})") from None

@@ -1,35 +1,52 @@
-"""Writing a rank's tables: complete chunk files while the run goes on, one file per table at the end.
+"""Writing a rank's tables: raw chunks as soon as they are saved, final parts one save at a time.
 
 A chunk is a whole Parquet file written under a temporary name and renamed, so a run killed at
-any moment keeps every chunk flushed before. :meth:`RankWriter.compact` merges a rank's chunks
-into ``part-00000.parquet``, nesting the slices on the way, and then removes the chunks; a reader
-that finds both trusts the part file.
+any moment keeps every chunk saved before. Each save of a session is then made final as a
+*window* (:meth:`RankWriter.finish_window`): its chunks and the rows converted from its
+profiler cycles are nested together (under the slices still open at the save, see
+:func:`dlprof.store.nesting.nest_window`), allocations are tied to their ops, and the result is
+written as one ``part-NNNNN.parquet`` per table, after which the chunks are removed. A run is
+therefore never read back whole to be written: each window is bounded by what one save holds.
+
+:meth:`RankWriter.compact` makes whatever chunks are left final as one more window (the chunks
+of forked DataLoader workers, a run imported from files). A part's footer names the chunks it
+replaced, so a reader that finds both (a process killed between writing a part and removing its
+chunks) counts each row once (:mod:`dlprof.store.layout`).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
 from dlprof.store.attribution import attribute_memory
-from dlprof.store.nesting import NestingReport, nest_slices
+from dlprof.store.layout import CHUNK_GLOB, SOURCES_KEY, part_name, rank_dir, rank_files
+from dlprof.store.nesting import NestingReport, nest_window
 from dlprof.store.schema import SCHEMAS, conform, write_parquet
 
-PART_NAME = "part-00000.parquet"
-CHUNK_GLOB = "chunk-*.parquet"
+__all__ = ["CHUNK_GLOB", "RankWriter", "WindowReport", "rank_dir", "read_chunks"]
 
 
-def rank_dir(run_dir: Path, table: StoreTable, rank: int) -> Path:
-    return run_dir / str(table) / f"rank={rank}"
+@dataclass
+class WindowReport:
+    """What making one window final did."""
+
+    rows: dict[str, int] = field(default_factory=dict)  # per table
+    nesting: NestingReport = field(default_factory=NestingReport)
+    # Per slice still open at the save: the time of its children in this window.
+    open_children_ns: dict[int, int] = field(default_factory=dict)
 
 
 class RankWriter:
-    """Writes the chunks and the final part files of one rank of one run."""
+    """Writes the chunks and the final parts of one rank of one run."""
 
     def __init__(self, run_dir: Path, rank: int, metadata: dict[str, str] | None = None) -> None:
         """Args:
@@ -43,6 +60,7 @@ class RankWriter:
         self.metadata = metadata or {}
         self._sequence = itertools.count()
         self._lock = threading.Lock()
+        self._written: dict[StoreTable, list[Path]] = {}
 
     def write_chunk(self, table: StoreTable, data: pa.Table, source: str) -> Path | None:
         """Write ``data`` as one complete chunk of ``table``; nothing for an empty table.
@@ -58,43 +76,125 @@ class RankWriter:
             number = next(self._sequence)
         path = rank_dir(self.run_dir, table, self.rank) / f"chunk-{source}-{number:06d}.parquet"
         write_parquet(conform(data, SCHEMAS[table]), path)
+        with self._lock:
+            self._written.setdefault(table, []).append(path)
         return path
 
-    def compact(self) -> tuple[dict[str, int], NestingReport]:
-        """Merge every chunk of this rank into one part file per table.
+    def take_written(self) -> dict[StoreTable, list[Path]]:
+        """The chunks this writer wrote since the last call (what one save holds)."""
+        with self._lock:
+            written, self._written = self._written, {}
+        return written
+
+    def finish_window(
+        self,
+        number: int,
+        chunks: Mapping[StoreTable, list[Path]],
+        rows: Mapping[StoreTable, list[pa.Table]] | None = None,
+        anchors: pa.Table | None = None,
+    ) -> WindowReport:
+        """Make one save final: ``part-<number>`` of each table, then remove its chunks.
+
+        Args:
+            number: the window's number, unique in this rank (a save's number).
+            chunks: the chunk files the save wrote, per table.
+            rows: rows converted from the save's profiler cycles, per table, beside the chunks.
+            anchors: the slices still open at the save (see :func:`nest_window`).
 
         Returns:
-            Rows per table, and what nesting changed in the slices.
+            Rows written per table, what nesting changed, and the time of the open slices'
+            children in this window.
         """
-        counts: dict[str, int] = {}
-        report = NestingReport()
-        chunks = {table: self._chunks(table) for table in StoreTable}
-        merged: dict[StoreTable, pa.Table] = {
-            table: read_chunks(paths, SCHEMAS[table]) for table, paths in chunks.items() if paths
-        }
+        report = WindowReport()
+        merged: dict[StoreTable, pa.Table] = {}
+        for table in StoreTable:
+            pieces = [conform(piece, SCHEMAS[table]) for piece in (rows or {}).get(table, []) if piece.num_rows]
+            paths = list(chunks.get(table, []))
+            if paths:
+                pieces.append(read_chunks(paths, SCHEMAS[table]))
+            if pieces:
+                merged[table] = pa.concat_tables(pieces, promote_options="permissive").unify_dictionaries().combine_chunks()
         if StoreTable.SLICES in merged:
-            merged[StoreTable.SLICES], report = nest_slices(merged[StoreTable.SLICES])
+            merged[StoreTable.SLICES], report.nesting, report.open_children_ns = nest_window(
+                merged[StoreTable.SLICES], anchors
+            )
             if StoreTable.MEMORY in merged:
                 merged[StoreTable.SLICES], merged[StoreTable.MEMORY] = attribute_memory(
                     merged[StoreTable.SLICES], merged[StoreTable.MEMORY]
                 )
-        for table in StoreTable:
-            part = rank_dir(self.run_dir, table, self.rank) / PART_NAME
-            if table not in merged:
-                counts[str(table)] = pq.read_metadata(part).num_rows if part.exists() else 0
-                continue
-            data = merged.pop(table)
+        for table, data in merged.items():
             if "ts_ns" in data.column_names:
                 data = data.sort_by("ts_ns")
-            write_parquet(data.replace_schema_metadata(self.metadata or None), part)
-            for chunk in chunks[table]:
-                chunk.unlink()
-            counts[str(table)] = data.num_rows
-        return counts, report
+            replaced = ",".join(path.name for path in chunks.get(table, []))
+            footer = {**self.metadata, SOURCES_KEY: replaced} if replaced else self.metadata
+            write_parquet(data.replace_schema_metadata(footer or None),
+                          rank_dir(self.run_dir, table, self.rank) / part_name(number))
+            report.rows[str(table)] = data.num_rows
+        for paths in chunks.values():
+            for path in paths:
+                path.unlink(missing_ok=True)
+        return report
 
-    def _chunks(self, table: StoreTable) -> list[Path]:
-        directory = rank_dir(self.run_dir, table, self.rank)
-        return sorted(directory.glob(CHUNK_GLOB)) if directory.is_dir() else []
+    def compact(self) -> tuple[dict[str, int], NestingReport]:
+        """Make every chunk left in this rank final, as one more window.
+
+        Returns:
+            Rows per table in all of this rank's parts, and what nesting changed in the chunks
+            made final here.
+        """
+        loose: dict[StoreTable, list[Path]] = {}
+        numbers = [-1]
+        for table in StoreTable:
+            files = rank_files(rank_dir(self.run_dir, table, self.rank))
+            if files.loose_chunks:
+                loose[table] = files.loose_chunks
+            numbers += [part_number(path) for path in files.parts]
+            for chunk in files.replaced_chunks:  # a part already holds them
+                chunk.unlink(missing_ok=True)
+        report = NestingReport()
+        if loose:
+            report = self.finish_window(max(numbers) + 1, loose).nesting
+        self.take_written()
+        return self.counts(), report
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table in this rank's parts, from their footers."""
+        counts = {}
+        for table in StoreTable:
+            parts = rank_files(rank_dir(self.run_dir, table, self.rank)).parts
+            counts[str(table)] = sum(pq.read_metadata(part).num_rows for part in parts)
+        return counts
+
+    def add_children_time(self, number: int, children_ns: Mapping[int, int]) -> None:
+        """Take time spent in children written with other windows off the self time of slices
+        in window ``number`` (slices that were still open when those windows were saved)."""
+        path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
+        if not children_ns or not path.exists():
+            return
+        data = pq.read_table(path)
+        ids = data.column("id").to_numpy(zero_copy_only=False)
+        extra = _lookup(ids, children_ns)
+        if not extra.any():
+            return
+        self_ns = data.column("self_ns").fill_null(0).to_numpy(zero_copy_only=False)
+        adjusted = pa.array(np.maximum(self_ns - extra, 0))
+        data = data.set_column(data.schema.get_field_index("self_ns"), "self_ns", adjusted)
+        write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
+
+
+def part_number(path: Path) -> int:
+    """The window number of ``part-NNNNN.parquet``."""
+    return int(path.stem.partition("-")[2])
+
+
+def _lookup(ids: np.ndarray, values: Mapping[int, int]) -> np.ndarray:
+    """``values[id]`` for each id (0 where it has none), without a Python loop over the ids."""
+    keys = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+    amounts = np.fromiter(values.values(), dtype=np.int64, count=len(values))
+    order = np.argsort(keys)
+    keys, amounts = keys[order], amounts[order]
+    at = np.clip(np.searchsorted(keys, ids), 0, len(keys) - 1)
+    return np.where(keys[at] == ids, amounts[at], 0)
 
 
 def read_chunks(paths: list[Path], schema: pa.Schema) -> pa.Table:

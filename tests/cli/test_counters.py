@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dlprof.cli.main import main
-from dlprof.collectors.perf_event import available_events
+from dlprof.support.perf_event import available_events
 
 
 def test_lists_task_clock_and_why_papi_is_unavailable(capsys: pytest.CaptureFixture[str]) -> None:

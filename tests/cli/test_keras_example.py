@@ -31,8 +31,15 @@ def test_the_keras_example_runs_with_no_flags(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "trained 1 epochs" in done.stdout
     assert "profiler_session.cc" not in done.stderr and "Traceback" not in done.stderr
+    assert "expects an i value" not in done.stderr, "no option TensorFlow rejects is passed"
     run = dlprof.load(out)
     assert run.status is RunStatus.COMPLETE
+    # A Keras program never imports torch, so torch.profiler never runs (the default set's
+    # torch collectors wait for the import that never comes).
+    waiting = {c.name: c for c in run.manifest.collectors if c.name in ("torch", "layers", "dataloader")}
+    assert len(waiting) == 3 and all(not c.active for c in waiting.values())
+    assert all(c.notes == ["the program did not import torch: nothing recorded"] for c in waiting.values())
+    assert not (out / "kineto").exists()
     [xplane] = xplane_files(out / "tensorflow")
     ops = ops_matching_the_profile(run, xplane)
     steps = run.slices[run.slices.kind == "step"]

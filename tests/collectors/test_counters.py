@@ -11,7 +11,7 @@ import pytest
 
 import dlprof
 from dlprof.cli.main import main
-from dlprof.collectors.perf_event import PerfCounters
+from dlprof.support.perf_event import PerfCounters
 
 DLPROF = [sys.executable, "-m", "dlprof"]
 

@@ -34,11 +34,10 @@ from dlprof.collectors.cupti import (
     NO_DRIVER,
     CuptiCollector,
     Record,
-    kineto_owns_cupti,
     record_from_activity,
     records_to_slices,
 )
-from dlprof.collectors.registry import collector_class
+from dlprof.collectors.registry import collector_class, cupti_owner
 from dlprof.config import ProfileConfig
 from dlprof.schedule import Action
 from dlprof.store.sink import Sink
@@ -179,21 +178,23 @@ def test_available_gives_the_real_reason() -> None:
         assert ok and reason == ""
 
 
-def _context(tmp_path: Path, collectors: tuple[str, ...], action: Action = Action.RECORD) -> CollectorContext:
+def _context(tmp_path: Path, collectors: tuple[str, ...], action: Action = Action.RECORD,
+             cupti_owner: str | None = "cupti") -> CollectorContext:
     config = ProfileConfig(out=tmp_path / "run", collectors=collectors)
     return CollectorContext(config=config, sink=Sink(RankWriter(tmp_path / "run", 0)),
                             slices=SliceBuffer(0, 1, 0), run_dir=tmp_path / "run", step=lambda: None,
-                            action=action)
+                            action=action, cupti_owner=cupti_owner)
 
 
 def test_torch_collector_wins_cupti(tmp_path: Path) -> None:
     """With torch selected, Kineto is CUPTI's subscriber: this collector says so and stays off."""
-    assert not kineto_owns_cupti(("cupti", "host"))
+    assert cupti_owner(("cupti", "host")) != "torch"
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed: Kineto cannot own CUPTI")
-    assert kineto_owns_cupti(("torch", "cupti"))
+    owner = cupti_owner(("cupti", "torch"))
+    assert owner == "torch"  # whatever the order they are named in
     collector = CuptiCollector()
-    context = _context(tmp_path, ("torch", "cupti"))
+    context = _context(tmp_path, ("torch", "cupti"), cupti_owner=owner)
     collector.start(context)  # must not import or touch cupti
     collector.on_step(1, Action.RECORD, Action.RECORD)
     collector.save()
@@ -311,7 +312,7 @@ def test_a_real_cuda_program_is_traced(tmp_path: Path) -> None:
 
 
 def test_kernel_names_are_demangled_as_cxxfilt_does() -> None:
-    from dlprof.collectors.demangle import demangle
+    from dlprof.support.demangle import demangle
 
     symbols = ["_Z6saxpyifPfS_",
                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"]

@@ -58,7 +58,7 @@ def test_layers_beside_torch_collector_nest_ops_inside_layers(tmp_path: Path) ->
 
 
 def test_layer_slices_get_counter_deltas_forward_and_backward(tmp_path: Path) -> None:
-    from dlprof.collectors.perf_event import PerfCounters
+    from dlprof.support.perf_event import PerfCounters
 
     probe = PerfCounters(["task-clock"])
     probe.close()

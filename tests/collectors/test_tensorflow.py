@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 import dlprof
-from dlprof.collectors.import_watch import when_imported
-from dlprof.collectors.profiler_cycles import hidden_chatter
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
 from dlprof.runner import Target, run_target
+from dlprof.support.chatter import hidden_chatter
+from dlprof.support.import_watch import when_imported
 from tests.exporters.test_chrome import EXPECTED_CATEGORY
 from tests.exporters.test_perfetto import export
 from tests.importers.test_xplane import dense_scopes, op_events, op_name, ops_matching_the_profile
@@ -135,6 +135,21 @@ def test_schedule_records_the_active_steps_only(tmp_path: Path) -> None:
     assert ops.start_ns.max() <= last.start_ns + last.dur_ns
     steps_in_profile = [e for e in events(read_xspace(xplane)) if e.name == "multi_step_on_iterator"]
     assert len(steps_in_profile) == 3, "profiled from the warm-up step to the last active one"
+
+
+def test_with_stack_is_said_to_record_no_tensorflow_frames(tmp_path: Path,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """TensorFlow's Python API drops every profiler option; none is passed, and the run says that
+    --with-stack cannot ask TensorFlow for Python frames."""
+    from dlprof.collectors.tensorflow import WITH_STACK_NOTE
+
+    model, x, y = example_model()
+    with dlprof.profile(out=tmp_path / "run", collectors=("tensorflow",), with_stack=True) as prof:
+        model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, epochs=1, verbose=0)
+        prof.step()
+    assert "expects an i value" not in capfd.readouterr().err
+    [info] = dlprof.load(tmp_path / "run").manifest.collectors
+    assert info.active and WITH_STACK_NOTE in info.notes
 
 
 def test_the_programs_own_profiler_keeps_its_profile(tmp_path: Path) -> None:

@@ -112,3 +112,60 @@ def test_long_run_is_saved_in_several_cycles(tmp_path: Path) -> None:
     assert (run.slices["name"] == "aten::linear").sum() == 10
     assert not (tmp_path / "run" / "kineto").exists(), "saved traces are removed once converted"
     assert run.slices["id"].is_unique
+
+
+def test_the_collector_starts_when_the_program_imports_torch(tmp_path: Path) -> None:
+    """A session begun before `import torch` records the ops that follow it (a fresh process:
+    this one has imported torch long ago)."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, dlprof\n"
+        "with dlprof.profile(out=sys.argv[1]) as prof:\n"
+        "    assert 'torch' not in sys.modules\n"
+        "    import torch\n"
+        "    for _ in range(3):\n"
+        "        torch.ones(4).sum()\n"
+        "        prof.step()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    run = dlprof.load(tmp_path / "run")
+    info = {c.name: c for c in run.manifest.collectors}
+    assert info["torch"].active and info["layers"].active
+    assert (run.slices.name == "aten::ones").sum() == 3
+
+
+def _thread_ops(out: Path, all_threads: bool) -> tuple[dlprof.store.reader.Run, int]:
+    import threading
+
+    tids: list[int] = []
+
+    def work() -> None:
+        tids.append(threading.get_native_id())
+        for _ in range(5):
+            torch.ones(8).mul(2)
+
+    with dlprof.profile(out=out, collectors=("torch",), all_threads=all_threads) as prof:
+        worker = threading.Thread(target=work, name="worker")
+        worker.start()
+        worker.join()
+        torch.ones(8).mul(3)
+        prof.step()
+    return dlprof.load(out), tids[0]
+
+
+def test_ops_of_other_threads_are_noted_or_recorded(tmp_path: Path) -> None:
+    run, worker_tid = _thread_ops(tmp_path / "main-only", all_threads=False)
+    muls = run.slices[run.slices.name == "aten::mul"]
+    assert len(muls) == 1 and worker_tid not in set(muls.tid)
+    [note] = [n for n in run.manifest.collectors[0].notes if "thread" in n]
+    assert note.startswith("1 other Python thread(s) started while profiling: their ops not recorded")
+
+    run, worker_tid = _thread_ops(tmp_path / "all", all_threads=True)
+    muls = run.slices[run.slices.name == "aten::mul"]
+    assert (muls.tid == worker_tid).sum() == 5 and len(muls) == 6
+    notes = run.manifest.collectors[0].notes
+    assert any("their ops recorded" in n for n in notes) and any("no allocations" in n for n in notes)

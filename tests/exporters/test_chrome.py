@@ -281,7 +281,7 @@ def test_a_foreign_traces_extra_arguments_are_kept(tmp_path: Path) -> None:
 
 def counted_run(out: Path) -> Path:
     """Three steps (and a region in each) with two CPU counters, each step doing more work."""
-    from dlprof.collectors.perf_event import PerfCounters
+    from dlprof.support.perf_event import PerfCounters
 
     probe = PerfCounters(["task-clock", "page-faults"])
     probe.close()

@@ -1,6 +1,6 @@
 """One saved TensorFlow profiler cycle into the store: read its XPlane, write chunks.
 
-Runs in the profiled process or as a child (``python -m dlprof.collectors.xplane_cycle JOB``),
+Runs in the profiled process or as a child (``python -m dlprof.importers.xplane_cycle JOB``),
 which lowers its own priority so the program it profiles keeps the CPU. The XPlane files stay
 in the run directory (``tensorflow/rank=R/cycle-NNNNN/plugins/profile/...``), where TensorBoard's
 profiler opens them too (``tensorboard --logdir RUN/tensorflow/rank=0``).
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlprof.collectors.kineto_cycle import CYCLE_ID_BITS
-from dlprof.collectors.profiler_cycles import JsonJob, child_main
+from dlprof.importers.cycle_conversion import JsonJob, child_main
+from dlprof.importers.kineto_cycle import CYCLE_ID_BITS
 from dlprof.importers.xplane import (
     XPLANE_SUFFIX,
     EmptyProfileError,

@@ -16,7 +16,7 @@ What is written:
   ``cuda:N``, at the sample's end;
 * the **metrics** table: ``cupti:<metric>`` per kernel slice (method ``sampled``), the samples
   shared among kernels by proportional overlap, short kernels pooled per name
-  (:mod:`dlprof.collectors.sample_attribution` says how, and where the method is weak).
+  (:mod:`dlprof.store.sample_attribution` says how, and where the method is weak).
   The kernels are those the ``cupti`` or ``torch`` collector recorded in the same run; this
   collector is stopped after them (the session starts it first) and reads their slices back.
 
@@ -46,10 +46,10 @@ import pyarrow.parquet as pq
 
 from dlprof.collectors.base import CollectorContext
 from dlprof.collectors.cupti import CuptiBacked, sample_cupti_clock
-from dlprof.collectors.sample_attribution import Attribution, attribute_samples
 from dlprof.keys import Kind, StoreTable
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
+from dlprof.store.sample_attribution import Attribution, attribute_samples
 from dlprof.store.writer import CHUNK_GLOB, rank_dir
 
 DEFAULT_METRICS = (
@@ -228,6 +228,8 @@ class PmSamplingCollector(CuptiBacked):
     name = "cupti_metrics"
     description = "CUPTI PM sampling: GPU metrics over time, and per kernel by attribution"
     cupti_module = "cupti.pm_sampling"
+    # Early, so that it stops after the collectors whose kernels its samples are shared among.
+    start_order = 10
 
     def start(self, context: CollectorContext) -> None:
         self._context = context

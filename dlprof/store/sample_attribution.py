@@ -3,7 +3,7 @@
     result = attribute_samples(sample_start, sample_end, values, kernel_start, kernel_end, names)
     result.kernel_values[k, m]   # metric m given to kernel k
 
-CUPTI's PM sampling (``dlprof.collectors.pm_sampling``) measures counters (instructions
+CUPTI's PM sampling (``dlprof.collectors.cupti_metrics``) measures counters (instructions
 executed, active cycles...) over consecutive sampling intervals on the GPU clock; it knows
 nothing of kernels. A kernel's value is recovered from the samples that overlap it:
 

@@ -1,16 +1,13 @@
-"""What collectors that drive a framework's own profiler, one cycle at a time, share.
+"""Converting the cycles that a framework's own profiler saves, in a child process or here.
 
 torch.profiler and TensorFlow's profiler each save a cycle to a file (Kineto's Chrome JSON, an
 XPlane) that dlprof translates into the store: in a child process at the lowest CPU priority
 while the program goes on, and in the profiled process for what is left when it ends::
 
-    converter = BackgroundConverter("dlprof-xplane", "dlprof.collectors.xplane_cycle",
+    converter = BackgroundConverter("dlprof-xplane", "dlprof.importers.xplane_cycle",
                                     convert=convert_cycle, finish=collector.finish)
     converter.submit(job)     # at the end of a cycle
     converter.close()         # when the session stops: converts what is left, here
-
-Both print chatter on file descriptor 2 when they start and stop; :func:`hidden_chatter` keeps
-it from the user's terminal and passes on everything else.
 """
 
 from __future__ import annotations
@@ -20,11 +17,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -130,26 +125,3 @@ def child_main(argv: list[str], read_job: Callable[[str], JobT], convert: Callab
     os.nice(19)
     print(json.dumps(convert(read_job(argv[0]))))
     return 0
-
-
-@contextmanager
-def hidden_chatter(is_chatter: Callable[[bytes], bool]) -> Iterator[None]:
-    """Hold fd 2 while a profiler starts or stops, then pass on every line but its chatter.
-
-    Profilers write from C++ straight to file descriptor 2; anything else written meanwhile (by
-    any thread) is shown once the moment has passed.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().splitlines(keepends=True) if not is_chatter(line)]
-            if kept:
-                os.write(2, b"".join(kept))

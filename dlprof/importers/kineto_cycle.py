@@ -1,6 +1,6 @@
 """One saved torch.profiler cycle into the store: parse Kineto's trace, write chunks, delete it.
 
-Runs in the profiled process or as a child (``python -m dlprof.collectors.kineto_cycle JOB``),
+Runs in the profiled process or as a child (``python -m dlprof.importers.kineto_cycle JOB``),
 which lowers its own priority so the program it profiles keeps the CPU.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlprof.collectors.profiler_cycles import JsonJob, child_main
+from dlprof.importers.cycle_conversion import JsonJob, child_main
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.store.ids import SLOT_KINETO, id_base
 from dlprof.store.sink import Sink

@@ -19,7 +19,7 @@ import pytest
 import dlprof
 from dlprof.collectors.base import CollectorContext
 from dlprof.collectors.cupti import NO_DRIVER, Record, driver_missing, records_to_slices
-from dlprof.collectors.pm_sampling import (
+from dlprof.collectors.cupti_metrics import (
     DEFAULT_METRICS,
     PERMISSION_MESSAGE,
     PmSamplingCollector,
@@ -29,10 +29,10 @@ from dlprof.collectors.pm_sampling import (
     samples_to_counters,
 )
 from dlprof.collectors.registry import collector_class
-from dlprof.collectors.sample_attribution import attribute_samples
 from dlprof.config import ProfileConfig
 from dlprof.keys import StoreTable
 from dlprof.schedule import Action
+from dlprof.store.sample_attribution import attribute_samples
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
@@ -91,7 +91,7 @@ def test_metrics_are_checked_against_a_real_chip() -> None:
         pytest.skip(f"CUPTI's profiler host cannot load: {NO_DRIVER if HAS_CUPTI else 'no cupti-python'}")
     from cupti import profiler_host
 
-    from dlprof.collectors.pm_sampling import check_metrics
+    from dlprof.collectors.cupti_metrics import check_metrics
 
     for chip in ("GA100", "GH100"):
         assert chip in profiler_host.get_supported_chips()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlprof.collectors.sample_attribution import attribute_samples, overlap_pairs
+from dlprof.store.sample_attribution import attribute_samples, overlap_pairs
 
 
 def reference(sample_start: list[int], sample_end: list[int], values: np.ndarray,

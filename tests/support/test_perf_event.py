@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dlprof.collectors.perf_event import EVENTS, PerfCounters, available_events
+from dlprof.support.perf_event import EVENTS, PerfCounters, available_events
 
 
 def counters(names: list[str], scope: str = "thread") -> PerfCounters:
@@ -106,8 +106,8 @@ def test_unknown_names_are_reported_not_raised() -> None:
 
 def test_multiplexed_counts_are_scaled_and_marked() -> None:
     """Scaling as perf stat does, and rows marked scaled when a counter missed time in a slice."""
-    from dlprof.collectors.perf_event import scale
     from dlprof.store.counter_deltas import CounterDeltas, CounterReading
+    from dlprof.support.perf_event import scale
 
     assert scale(1_000, 400, 400) == 1_000  # on the PMU all the time: exact
     assert scale(1_000, 400, 100) == 4_000  # a quarter of the time: times four
@@ -123,8 +123,8 @@ def test_multiplexed_counts_are_scaled_and_marked() -> None:
 
 
 def test_software_counters_read_with_their_times_are_never_scaled() -> None:
-    from dlprof.collectors.perf_event import PerfCounters
     from dlprof.store.counter_deltas import unobserved_ns
+    from dlprof.support.perf_event import PerfCounters
 
     counters = PerfCounters(["task-clock", "page-faults"])
     if not counters.names:

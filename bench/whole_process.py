@@ -1,0 +1,227 @@
+"""What a user pays for ``dlprof run``, measured as whole processes against the profiler it wraps.
+
+    .venv/bin/python bench/whole_process.py                         # both workloads, 5 rounds
+    .venv/bin/python bench/whole_process.py --rounds 3 --workloads cnn
+    .venv/bin/python bench/whole_process.py --json whole.json
+
+Three ways to run the same unchanged script, each a fresh process, interleaved round by round in
+an order rotated every round (the machine drifts; only ratios from one run mean much):
+
+    plain    python SCRIPT ARGS
+    bare     python bench/bare_profiler.py SCRIPT ARGS: one torch.profiler around the whole
+             program with the options dlprof's torch collector uses, then export_chrome_trace
+    dlprof   dlprof run -o DIR SCRIPT ARGS, as a user types it (the top table printed at the end)
+
+For each: the wall time from the start of the process to its exit; the tail, from the script's
+last line of output to the process's exit (for plain python, the interpreter's own teardown);
+the peak resident memory of the whole process tree (the process and every child, summed,
+sampled every 20 ms); and the events recorded (rows dlprof wrote; events in torch's JSON).
+Reported: medians over rounds, the ratios dlprof/bare and dlprof/plain per round (median and
+range), and the tail beyond python's own teardown per event.
+
+Workloads: the bundled CNN (``examples/torch_cnn.py --steps 300``) and a sequence predictor
+with about a million events (``bench/workloads/sequence_predictor.py``), both with one torch
+thread so that the second core is left for the profilers' own work, as on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+DLPROF = str(Path(PYTHON).with_name("dlprof"))
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    script: Path
+    args: tuple[str, ...]
+    last_line: str  # a regular expression for the script's own last line of output
+
+
+WORKLOADS = {
+    "cnn": Workload("cnn", ROOT / "examples" / "torch_cnn.py", ("--steps", "300", "--threads", "1"),
+                    r"^trained \d+ steps"),
+    "seq": Workload("seq", ROOT / "bench" / "workloads" / "sequence_predictor.py",
+                    ("--steps", "90", "--threads", "1"), r"^trained \d+ steps"),
+}
+WAYS = ("plain", "bare", "dlprof")
+
+
+@dataclass
+class Measurement:
+    way: str
+    wall_s: float
+    tail_s: float
+    peak_rss_mib: float
+    events: int
+    returncode: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def command(way: str, workload: Workload, scratch: Path) -> list[str]:
+    script = [str(workload.script), *workload.args]
+    if way == "plain":
+        return [PYTHON, *script]
+    if way == "bare":
+        return [PYTHON, str(ROOT / "bench" / "bare_profiler.py"), "--trace", str(scratch / "bare.json"), *script]
+    return [DLPROF, "run", "-o", str(scratch / "run"), *script]
+
+
+class TreeMemory:
+    """Samples the summed resident memory of a process and all its descendants."""
+
+    def __init__(self, pid: int, interval_s: float = 0.02) -> None:
+        self.peak = 0
+        self._root = psutil.Process(pid)
+        self._interval = interval_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            total = 0
+            try:
+                processes = [self._root, *self._root.children(recursive=True)]
+            except psutil.Error:
+                return
+            for process in processes:
+                try:
+                    total += process.memory_info().rss
+                except psutil.Error:
+                    continue
+            self.peak = max(self.peak, total)
+            self._done.wait(self._interval)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+def measure(way: str, workload: Workload, work: Path) -> Measurement:
+    scratch = Path(tempfile.mkdtemp(dir=work))
+    pattern = re.compile(workload.last_line)
+    last_line_at: list[float] = []
+    began = time.perf_counter()
+    process = subprocess.Popen(command(way, workload, scratch), stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=scratch)
+    memory = TreeMemory(process.pid)
+    assert process.stdout is not None
+    for raw in process.stdout:
+        if pattern.search(raw.decode(errors="replace")):
+            last_line_at.append(time.perf_counter())
+    returncode = process.wait()
+    ended = time.perf_counter()
+    peak = memory.stop()
+    events, extra = _events(way, scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
+    tail = ended - last_line_at[-1] if last_line_at else float("nan")
+    return Measurement(way, ended - began, tail, peak / 2**20, events, returncode, extra)
+
+
+def _events(way: str, scratch: Path) -> tuple[int, dict[str, Any]]:
+    if way == "bare" and (scratch / "bare.json").is_file():
+        import orjson
+
+        trace = orjson.loads((scratch / "bare.json").read_bytes())
+        return len(trace.get("traceEvents", [])), {"json_bytes": (scratch / "bare.json").stat().st_size}
+    manifest = scratch / "run" / "run.json"
+    if way == "dlprof" and manifest.is_file():
+        data = json.loads(manifest.read_text())
+        counts = data.get("counts", {})
+        return sum(counts.values()), {"counts": counts, "status": data.get("status")}
+    return 0, {}
+
+
+def run(workloads: list[str], rounds: int, work: Path) -> dict[str, list[Measurement]]:
+    results: dict[str, list[Measurement]] = {f"{w}:{way}": [] for w in workloads for way in WAYS}
+    for round_number in range(rounds):
+        for name in workloads:
+            shift = round_number % len(WAYS)
+            for way in WAYS[shift:] + WAYS[:shift]:
+                measured = measure(way, WORKLOADS[name], work)
+                results[f"{name}:{way}"].append(measured)
+                print(f"round {round_number + 1}/{rounds} {name:4s} {way:6s} wall {measured.wall_s:6.2f} s  "
+                      f"tail {measured.tail_s:6.2f} s  peak {measured.peak_rss_mib:7.0f} MiB  "
+                      f"events {measured.events:,}  rc {measured.returncode}", flush=True)
+    return results
+
+
+def summarise(results: dict[str, list[Measurement]], workloads: list[str]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name in workloads:
+        by_way = {way: results[f"{name}:{way}"] for way in WAYS}
+        medians = {way: {key: statistics.median(getattr(m, key) for m in ms)
+                         for key in ("wall_s", "tail_s", "peak_rss_mib", "events")}
+                   for way, ms in by_way.items()}
+        ratios = {}
+        for num, den in (("dlprof", "bare"), ("dlprof", "plain"), ("bare", "plain")):
+            per_round = [a.wall_s / b.wall_s for a, b in zip(by_way[num], by_way[den], strict=True)]
+            ratios[f"{num}/{den}"] = {"median": statistics.median(per_round), "min": min(per_round),
+                                      "max": max(per_round)}
+        memory_ratio = [a.peak_rss_mib / b.peak_rss_mib
+                        for a, b in zip(by_way["dlprof"], by_way["bare"], strict=True)]
+        plain_tail = medians["plain"]["tail_s"]
+        per_event = {way: (medians[way]["tail_s"] - plain_tail) / max(medians[way]["events"], 1) * 1e6
+                     for way in ("bare", "dlprof")}
+        summary[name] = {"medians": medians, "wall_ratios": ratios,
+                         "peak_rss_ratio_dlprof_over_bare": statistics.median(memory_ratio),
+                         "tail_beyond_python_us_per_event": per_event}
+    return summary
+
+
+def report(summary: dict[str, Any]) -> None:
+    for name, figures in summary.items():
+        medians = figures["medians"]
+        print(f"\n{name}: medians over rounds")
+        print(f"  {'way':8s} {'wall s':>8s} {'tail s':>8s} {'peak MiB':>9s} {'events':>11s}")
+        for way in WAYS:
+            m = medians[way]
+            print(f"  {way:8s} {m['wall_s']:8.2f} {m['tail_s']:8.2f} {m['peak_rss_mib']:9.0f} {m['events']:11,.0f}")
+        for label, ratio in figures["wall_ratios"].items():
+            print(f"  wall {label:14s} {ratio['median']:.3f} (rounds {ratio['min']:.3f}-{ratio['max']:.3f})")
+        print(f"  peak memory of the tree, dlprof/bare: {figures['peak_rss_ratio_dlprof_over_bare']:.2f}")
+        for way, value in figures["tail_beyond_python_us_per_event"].items():
+            print(f"  tail beyond python's teardown, {way}: {value:.2f} us per event")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["cnn", "seq"])
+    parser.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="dlprof-whole-") as work:
+        results = run(args.workloads, args.rounds, Path(work))
+    summary = summarise(results, args.workloads)
+    report(summary)
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "summary": summary,
+            "measurements": {key: [asdict(m) for m in ms] for key, ms in results.items()},
+            "cpus": os.cpu_count(),
+        }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

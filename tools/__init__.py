@@ -1,0 +1,1 @@
+"""Developer tools run from the source tree (not installed with dlprof)."""

@@ -1,0 +1,50 @@
+"""The checks, one module each, run as ``python -m MODULE --work DIR --result FILE --seconds N``.
+
+This table is all the process that sets up and reports needs to know of them (standard library
+only); each module imports dlprof and the GPU libraries itself, in its own process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check: what it proves, where its code is, what it needs and how long it may take."""
+
+    name: str  # short key, also the name of its work directory
+    title: str  # what it exercises, for the report
+    module: str  # run as ``python -m module``
+    needs: tuple[str, ...]  # modules that must import in the check's Python, or it cannot run
+    timeout_s: int  # a check still running then is killed with everything it started
+    covers: tuple[str, ...]  # rows of the README's "What was verified where" table
+
+
+CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec(
+        "torch_cuda",
+        "the bundled CNN on CUDA under `dlprof run` (default collectors) against torch.profiler's "
+        "own events of the same program run the same way: kernels, memcpy, memset, launching ops",
+        "tools.gpu_check.checks.torch_cuda", ("dlprof", "torch"), 240,
+        ("`torch` collector, CUDA kernels/memcpy/memset",)),
+    CheckSpec(
+        "cupti_activity",
+        "a CuPy program (no PyTorch) under `dlprof run --collectors cupti` against CUPTI's own "
+        "records of the same program, counted by a bare cupti-python tracer in another process",
+        "tools.gpu_check.checks.cupti_activity", ("dlprof", "cupy", "cupti.cupti"), 180,
+        ("`cupti` collector (kernels, memcpy, memset, CUDA API calls)",)),
+    CheckSpec(
+        "cupti_metrics",
+        "a memory-bound and a compute-bound CuPy kernel under `dlprof run --collectors "
+        "cupti_metrics,cupti`: per-kernel metrics, `dlprof metrics` in physical ranges, roofline",
+        "tools.gpu_check.checks.cupti_metrics",
+        ("dlprof", "cupy", "cupti.pm_sampling", "cupti.profiler_host"), 180,
+        ("`cupti_metrics` (PM sampling), metric names checked with `profiler_host`",)),
+    CheckSpec(
+        "nvml",
+        "`dlprof run --collectors nvml` on a program that idles, keeps the GPU busy, then idles: "
+        "utilisation and power rise while it works",
+        "tools.gpu_check.checks.nvml_sampler", ("dlprof", "pynvml", "torch"), 120,
+        ("`nvml` sampler",)),
+)
