@@ -51,7 +51,9 @@ class EventWriter:
         if not self._first:
             self.file.write(b",\n")
         self._first = False
-        self.file.write(b",\n".join(map(orjson.dumps, events)))
+        # One dumps for the batch, then a line per event: each event's first key is "ph", so
+        # '},{"ph":' separates two events (a newline anywhere between tokens is still JSON).
+        self.file.write(orjson.dumps(events)[1:-1].replace(b'},{"ph":', b'},\n{"ph":'))
 
 
 @dataclass

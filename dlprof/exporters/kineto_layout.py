@@ -105,7 +105,10 @@ def slice_args(batch: dict[str, list[Any]]) -> list[dict[str, Any]]:
             args[i]["device"] = device_index(device)
             args[i]["stream"] = stream if stream is not None else batch["tid"][i]
     _add_args(args, batch, _ARG_COLUMNS[1:])
-    for i, extra in enumerate(batch["args"]):
+    extras = batch["args"]
+    if extras.count(None) == len(extras):
+        return args
+    for i, extra in enumerate(extras):
         parsed = orjson.loads(extra) if extra else None
         if isinstance(parsed, dict):
             for key, value in parsed.items():
@@ -116,8 +119,11 @@ def slice_args(batch: dict[str, list[Any]]) -> list[dict[str, Any]]:
 def _add_args(args: list[dict[str, Any]], batch: dict[str, list[Any]],
               columns: tuple[tuple[str, str, bool], ...]) -> None:
     for key, column, parse in columns:
+        values = batch[column]
+        if values.count(None) == len(values):  # a column no slice of the batch has (C speed)
+            continue
         parsed: dict[str, Any] = {}  # shapes repeat: parse each distinct text once
-        for i, value in enumerate(batch[column]):
+        for i, value in enumerate(values):
             if value is None:
                 continue
             if parse:

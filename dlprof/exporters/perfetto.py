@@ -125,22 +125,26 @@ class _PacketStream:
             self._file.write(self._trace.SerializeToString())
             self._trace = pb.Trace()
 
+    # Each looks its table up first: a name is interned once and then used millions of times.
     def name_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._names, name, packet.interned_data.event_names.add)
+        iid = self._names.get(name)
+        return iid if iid is not None else _intern(self._names, name, packet.interned_data.event_names.add)
 
     def category_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._categories, name, packet.interned_data.event_categories.add)
+        iid = self._categories.get(name)
+        return iid if iid is not None else _intern(
+            self._categories, name, packet.interned_data.event_categories.add)
 
     def arg_name_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._arg_names, name, packet.interned_data.debug_annotation_names.add)
+        iid = self._arg_names.get(name)
+        return iid if iid is not None else _intern(
+            self._arg_names, name, packet.interned_data.debug_annotation_names.add)
 
 
 def _intern(table: dict[str, int], name: str, add: Callable[..., Any]) -> int:
-    """The iid of ``name``; the first use also defines it in the packet that uses it."""
-    iid = table.get(name)
-    if iid is None:
-        iid = table[name] = len(table) + 1
-        add(iid=iid, name=name)
+    """A new iid for ``name``, defined in the packet that first uses it."""
+    iid = table[name] = len(table) + 1
+    add(iid=iid, name=name)
     return iid
 
 
@@ -309,8 +313,9 @@ def _write_slices(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, 
                   ticker: Ticker, batch_rows: int) -> None:
     """Each track's slices depth-first: a slice's end before its next sibling's begin."""
     categories: dict[tuple[str, str | None], str] = {}
-    track = 0
-    open_ends: list[int] = []  # end times of the slices open on ``track``, innermost last
+    # Per thread track, the end times of its open slices, innermost last: the store's windows
+    # give a track's slices window after window, other tracks' between them.
+    open_ends: dict[int, list[int]] = {}
     lane_ends: dict[int, list[int]] = {}  # per stream: when each of its lanes is free again
     for batch in rank_batches(run, StoreTable.SLICES, rank, SLICE_COLUMNS, batch_rows):
         args = slice_args(batch)
@@ -321,14 +326,12 @@ def _write_slices(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, 
             end = start + batch["dur_ns"][i]
             if device == "cpu":
                 uuid = tracks.threads[(rank, pid, tid)]
-                if uuid != track:
-                    _close(packets, track, open_ends, None)
-                    track = uuid
-                _close(packets, track, open_ends, start)
+                stack = open_ends.setdefault(uuid, [])
+                _close(packets, uuid, stack, start)
                 # The store clips children to their parent; clip here too so that an unnested
                 # store (an old or foreign run) still gives well-formed begin/end pairs.
-                if open_ends:
-                    end = min(end, open_ends[-1])
+                if stack:
+                    end = min(end, stack[-1])
             else:
                 # Work on a stream never nests: it ends before the next begins on its lane.
                 stream = tracks.streams[(rank, pid, device, tid)]
@@ -346,19 +349,22 @@ def _write_slices(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, 
             key = (batch["kind"][i], batch["category"][i])
             category = categories.get(key) or categories.setdefault(key, kineto_category(*key))
             event.category_iids.append(packets.category_iid(packet, category))
-            for arg, value in args[i].items():
-                _annotate(event.debug_annotations.add(), packets.arg_name_iid(packet, arg), value)
+            if args[i]:
+                add = event.debug_annotations.add
+                for arg, value in args[i].items():
+                    _annotate(add(), packets.arg_name_iid(packet, arg), value)
             if sources[i]:
                 # +1: a flow id of 0 would read as "no flow".
                 event.flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
             elif targets[i]:
                 event.terminating_flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
             if device == "cpu":
-                open_ends.append(end)
+                stack.append(end)
             else:
                 _close(packets, uuid, [end], None)
         ticker.advance(len(batch["id"]))
-    _close(packets, track, open_ends, None)
+    for uuid, stack in open_ends.items():
+        _close(packets, uuid, stack, None)
 
 
 def _close(packets: _PacketStream, track: int, open_ends: list[int], until: int | None) -> None:
@@ -371,14 +377,15 @@ def _close(packets: _PacketStream, track: int, open_ends: list[int], until: int 
 
 def _annotate(annotation: pb.DebugAnnotation, name_iid: int, value: Any) -> None:
     annotation.name_iid = name_iid
-    if isinstance(value, bool):
-        annotation.bool_value = value
-    elif isinstance(value, int) and value in _INT64:
+    kind = type(value)  # exact types, most frequent first (bool is a subclass of int)
+    if kind is int and value in _INT64:
         annotation.int_value = value
-    elif isinstance(value, float):
+    elif kind is float:
         annotation.double_value = value
-    elif isinstance(value, str):
+    elif kind is str:
         annotation.string_value = value
+    elif kind is bool:
+        annotation.bool_value = value
     else:  # shapes, grids, a foreign trace's nested arguments
         annotation.legacy_json_value = orjson.dumps(value).decode()
 

@@ -6,6 +6,7 @@ so a run of millions of slices never sits in memory as Python objects all at onc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ def slices_of(run: Run) -> pa.Table:
     return slices.set_column(slices.schema.get_field_index("device"), "device", device)
 
 
+@functools.cache  # a run names a handful of devices, its rows name them millions of times
 def device_index(device: str) -> int:
     """The index of a device.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dlprof.importers.cycle_conversion import JsonJob, child_main
-from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
+from dlprof.importers.kineto import KinetoOptions, convert_file
 from dlprof.store.ids import SLOT_KINETO, id_base
 from dlprof.store.sink import Sink
 from dlprof.store.writer import RankWriter
@@ -39,14 +39,13 @@ class CycleJob(JsonJob):
 
 def convert_cycle(job: CycleJob) -> dict[str, Any]:
     """Translate one saved cycle into chunks of the run's tables, then remove the trace."""
-    trace = read_trace(job.trace)
     options = KinetoOptions(
         id_base=id_base(job.rank, SLOT_KINETO) + (job.cycle << CYCLE_ID_BITS),
         drop_steps=True,
         device_pid=job.pid,
         marker_window_ns=job.marker_window_ns,
     )
-    tables = convert_trace(trace, options)
+    tables = convert_file(job.trace, options)  # the file streamed: no dict per event
     sink = Sink(RankWriter(job.run_dir, job.rank))
     source = f"kineto{job.cycle:05d}"
     sink.append_slices(tables.slices, source)

@@ -1,16 +1,18 @@
 """A rank's table read a batch at a time, in the order the store keeps it, never whole.
 
-The store's contract: per rank, ``<table>/rank=N/part-*.parquet`` whose rows, in file-name order,
-are sorted in track order for slices (pid, device, tid, start, outer before inner) and by
-``ts_ns`` for counters and memory. A scan reads those files row group by row group, only the
-columns asked for, with the rank's clock offset applied (as :class:`dlprof.store.reader.Run`
-applies it), so memory follows the batch. A rank never compacted (a killed run) has only chunks
-in no order: it is read whole, nested and sorted, the one case that is not bounded::
+The store's contract (:mod:`dlprof.store.layout`): per rank, final parts ``part-NNNNN.parquet``,
+one per window, each sorted in track order for slices (pid, device, tid, start, outer before
+inner) and by ``ts_ns`` for counters and memory; a slice still open when a window closed goes
+with the window it started in, so a track's slices come window after window. A scan reads the
+parts in name order, row group by row group, only the columns asked for, with the rank's clock
+offset applied (as :class:`dlprof.store.reader.Run` applies it), so memory follows the batch.
+Loose chunks (rows no part holds: a run killed, a worker that saved late) come last, read whole,
+nested and sorted: the one case that is not bounded::
 
     for batch in scan(run, StoreTable.SLICES, rank=0, columns=["name", "dur_ns"]):
-        ...   # pyarrow.RecordBatch, rows in track order
+        ...   # pyarrow.RecordBatch
 
-:func:`ranks`, :func:`rows` and :func:`column_min` answer from the files' metadata where they
+:func:`ranks`, :func:`rows` and :func:`column_min` answer from the files' footers where they
 can, without reading rows.
 """
 
@@ -24,12 +26,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
+from dlprof.store.layout import rank_files
 from dlprof.store.nesting import nest_slices
 from dlprof.store.reader import Run, RunError
 from dlprof.store.schema import SCHEMAS, conform
-from dlprof.store.writer import CHUNK_GLOB, read_chunks
+from dlprof.store.writer import read_chunks
 
-PART_GLOB = "part-*.parquet"
 BATCH_ROWS = 65_536
 _TIME_COLUMNS = ("start_ns", "ts_ns")
 
@@ -52,7 +54,7 @@ def column_min(run: Run, table: StoreTable, column: str) -> int | None:
     offsets = run.clock_offsets()
     found: list[int] = []
     for rank, (parts, chunks) in _rank_files(run.path, table):
-        for path in parts or chunks:
+        for path in [*parts, *chunks]:
             least = _statistics_min(path, column)
             if least is None:
                 values = pq.read_table(path, columns=[column]).column(column)
@@ -86,17 +88,18 @@ def scan(run: Run, table: StoreTable, rank: int, columns: list[str] | None = Non
     for files in (f for r, f in _rank_files(run.path, table) if r == rank):
         parts, chunks = files
         try:
-            batches = _part_batches(parts, wanted, batch_rows) if parts else _chunk_batches(
-                table, chunks, wanted, batch_rows)
-            for batch in batches:
+            for batch in _part_batches(parts, wanted, batch_rows):
                 yield _shifted(batch, offset)
+            if chunks:
+                for batch in _chunk_batches(table, chunks, wanted, batch_rows):
+                    yield _shifted(batch, offset)
         except (pa.ArrowInvalid, OSError) as error:
             detail = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RunError(f"{(parts or chunks)[0].parent}: damaged Parquet file ({detail})") from None
 
 
 def _rank_files(run_dir: Path, table: StoreTable) -> list[tuple[int, tuple[list[Path], list[Path]]]]:
-    """Per rank, ascending: its part files in name order, and its chunks (read only without parts)."""
+    """Per rank, ascending: its parts in name order, and its loose chunks."""
     table_dir = run_dir / str(table)
     if not table_dir.is_dir():
         return []
@@ -104,14 +107,13 @@ def _rank_files(run_dir: Path, table: StoreTable) -> list[tuple[int, tuple[list[
     for directory in table_dir.iterdir():
         key, _, value = directory.name.partition("=")
         if directory.is_dir() and key == "rank" and value.isdigit():
-            parts = sorted(directory.glob(PART_GLOB))
-            chunks = [] if parts else sorted(directory.glob(CHUNK_GLOB))
-            found.append((int(value), (parts, chunks)))
+            files = rank_files(directory)
+            found.append((int(value), (files.parts, files.loose_chunks)))
     return sorted(found)
 
 
 def _row_count(files: tuple[list[Path], list[Path]]) -> int:
-    return sum(pq.read_metadata(path).num_rows for path in files[0] or files[1])
+    return sum(pq.read_metadata(path).num_rows for path in [*files[0], *files[1]])
 
 
 def _statistics_min(path: Path, column: str) -> int | None:
@@ -144,7 +146,7 @@ def _part_batches(parts: list[Path], columns: list[str], batch_rows: int) -> Ite
 
 def _chunk_batches(table: StoreTable, chunks: list[Path], columns: list[str],
                    batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """A rank never compacted: its chunks read whole, nested (slices) or sorted by time."""
+    """Rows no part holds: the chunks read whole, nested (slices) or sorted by time."""
     data = read_chunks(chunks, SCHEMAS[table])
     if table is StoreTable.SLICES:
         data, _ = nest_slices(data)
