@@ -18,6 +18,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
+from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class, cupti_owner, default_collectors, in_start_order
@@ -107,6 +108,20 @@ class CollectorSet:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
                 self._note_failure(collector.name, "failed while stopping", failure)
+
+    def converted(self, name: str, result: dict[str, Any]) -> None:
+        """One of a collector's cycles was converted (from the finisher's thread, or at stop)."""
+        for collector in self._running:
+            if collector.name == name:
+                collector.converted(result)
+
+    def after_conversions(self) -> None:
+        """Every cycle is converted: each collector sums up its results."""
+        for collector in self._running:
+            try:
+                collector.after_conversions()
+            except Exception as failure:  # noqa: BLE001  the run is saved; only a summary is missing
+                self._note_failure(collector.name, "failed summing up its conversions", failure)
 
     def forget(self) -> None:
         """In a forked child: the collectors' threads and profilers stayed with the parent."""

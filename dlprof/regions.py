@@ -7,12 +7,14 @@
     def validate(model): ...
 
 Regions nest, work in any thread, and cost one clock reading on entry and one append on exit;
-with no session recording they cost a function call. With CPU counters configured, each
+with no session recording they cost a function call. A region still open when the session saves
+is handed over as open, so what it holds nests under it even when it spans many saves. With CPU counters configured, each
 boundary also reads the counters (one read(2) per counter) and the deltas become metrics rows.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import ContextDecorator
 from types import TracebackType
@@ -23,7 +25,7 @@ from dlprof.session import active_session
 class region(ContextDecorator):
     """A named range recorded as a slice of kind ``region`` in the active session."""
 
-    __slots__ = ("_counts", "_session", "_start", "name")
+    __slots__ = ("_counts", "_id", "_session", "_start", "_tid", "name")
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
@@ -42,6 +44,9 @@ class region(ContextDecorator):
             reader = session.counter_reader
             # Counters are read outside the timed interval, so reading them is not region time.
             self._counts = reader() if reader is not None else None
+            self._tid = threading.get_native_id()
+            self._id = -1  # a save that finds the region open gives it one
+            session.open_regions[id(self)] = self
             self._start = time.perf_counter_ns()
         else:
             self._start = -1
@@ -56,12 +61,11 @@ class region(ContextDecorator):
         if self._start >= 0:
             end = time.perf_counter_ns()
             session = self._session
+            session.open_regions.pop(id(self), None)
+            slice_id = session.slices.record(session.region_kind, session.slices.intern(self.name),
+                                             self._tid, self._start, end, -1, self._id)
             counts = self._counts
-            if counts is None:
-                session.record_region(session.slices.intern(self.name), self._start, end)
-            else:
+            if counts is not None:
                 reader = session.counter_reader
-                after = reader() if reader is not None else ()
-                session.record_region_counts(session.slices.intern(self.name), self._start, end,
-                                             counts, after)
+                session.record_counts(slice_id, counts, reader() if reader is not None else ())
             self._start = -1

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from dlprof.clock import sample_clocks
 from dlprof.collector_set import CollectorSet, resolve_names
@@ -27,7 +28,9 @@ from dlprof.collectors.base import CollectorContext
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
+from dlprof.importers.finisher import OpenSlice, Result
 from dlprof.keys import Kind, RunStatus
+from dlprof.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
@@ -99,10 +102,15 @@ class Session:
             "dlprof.host": socket.gethostname(),
         })
         self.sink = Sink(self._writer)
+        self._saver = Saver(self._writer, self.sink, on_cycle=self._cycle_converted)
+        # Regions under way in any thread, by id(region): a save hands them over as open.
+        self.open_regions: dict[int, Any] = {}
         self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
         self._step_kind = self.slices.kind_code(Kind.STEP)
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
+        self._step_tid = 0
+        self._step_id = -1  # the current step's id, once a save inside it gave it one
         self._context: CollectorContext | None = None
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
         self._sigterm_held = False
@@ -157,7 +165,8 @@ class Session:
             clocks=self.manifest.clocks,
             devices=self.manifest.devices,
             action=self.action,
-            record_counts=self._record_counts,
+            record_counts=self.record_counts,
+            convert=self._saver.convert,
             save_if_full=self.forks.save_if_full,
         )
         self._collectors.start(self._context)
@@ -170,9 +179,8 @@ class Session:
             self.counter_reader = self._context.counter_reader
         _active = self
         self._started = True
-        self._step_counts = self.counter_reader() if self.counter_reader is not None else ()
-        self._step_start = time.perf_counter_ns()
         self._write_manifest()
+        self._begin_step()
         return self
 
     def step(self) -> None:
@@ -191,9 +199,7 @@ class Session:
         self._collectors.on_step(self.step_number, previous, self.action)
         if previous is Action.RECORD_AND_SAVE or len(self.slices) > _BUFFER_LIMIT:
             self._save()
-        if self.counter_reader is not None:
-            self._step_counts = self.counter_reader()
-        self._step_start = time.perf_counter_ns()
+        self._begin_step()
 
     def stop(
         self,
@@ -231,13 +237,15 @@ class Session:
                 report("dlprof: writing the run")
             self._save()
             try:
-                counts, nesting = self._writer.compact()
-                self.manifest.counts = counts
-                self.manifest.normalised = nesting.as_counts()
+                self.manifest.counts, self.manifest.normalised = self._saver.close()
             except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
-                note = f"compacting failed ({type(failure).__name__}: {failure}); read from its chunks"
+                note = f"making the saves final failed ({type(failure).__name__}: {failure}); read from its chunks"
                 self.manifest.notes.append(note)
                 print(f"dlprof: {note}", file=sys.stderr)
+            self._collectors.after_conversions()
+            if self._saver.child_failures:
+                self.manifest.notes.append(f"{self._saver.child_failures} save(s) finished in the profiled "
+                                           "process: the finisher's child process ended early")
             self.manifest.status = status_for(error)
             self.manifest.exit_code = exit_code
             if error is not None and self.manifest.status is not RunStatus.COMPLETE:
@@ -260,41 +268,57 @@ class Session:
 
     # --- recording ----------------------------------------------------------------------
 
-    def record_region(self, name_code: int, start: int, end: int) -> None:
-        """Keep one user region timed with ``perf_counter_ns`` (see :mod:`dlprof.region`)."""
-        self.slices.record(self.region_kind, name_code, threading.get_native_id(), start, end)
-
-    def record_region_counts(
-        self, name_code: int, start: int, end: int, before: tuple[int, ...], after: tuple[int, ...]
-    ) -> None:
-        """Keep one user region and its counter deltas (``after - before``) as metrics rows."""
-        slice_id = self.slices.record(self.region_kind, name_code, threading.get_native_id(), start, end)
-        self._record_counts(slice_id, before, after)
-
-    def _record_counts(self, slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+    def record_counts(self, slice_id: int, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        """Keep the counter deltas ``after - before`` of one slice as metrics rows."""
         if self._counter_deltas is not None:
             self._counter_deltas.record(slice_id, before, after)
 
     def _record_step(self, start: int, end: int) -> None:
         code = self.slices.intern(STEP_NAME.format(self.step_number))
-        slice_id = self.slices.record(self._step_kind, code, threading.get_native_id(), start, end)
+        slice_id = self.slices.record(self._step_kind, code, self._step_tid, start, end, -1, self._step_id)
         if self.counter_reader is not None:
-            self._record_counts(slice_id, self._step_counts, self.counter_reader())
+            self.record_counts(slice_id, self._step_counts, self.counter_reader())
 
-    def _save(self) -> None:
+    def _begin_step(self) -> None:
+        self._step_tid = threading.get_native_id()
+        self._step_id = -1
+        if self.counter_reader is not None:
+            self._step_counts = self.counter_reader()
+        self._step_start = time.perf_counter_ns()
+
+    def _save(self, within_step: bool = False) -> None:
+        """Save what was recorded since the last save; ``within_step``: the step goes on."""
         self._collectors.save()
-        self.sink.append_slices(self.slices.drain(), "session")
-        self._save_metrics()
+        metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
+        self._saver.save(self.slices.drain(), self._open_slices(within_step), metrics)
 
-    def _save_metrics(self) -> None:
-        if self._counter_deltas is not None:
-            self.sink.append_metrics(self._counter_deltas.drain(), "session")
+    def _open_slices(self, within_step: bool) -> list[OpenSlice]:
+        """The slices under way now: the step (when saving inside it), regions, layers."""
+        pid = self.slices.pid
+        opened = []
+        if within_step and self.action.records:
+            if self._step_id < 0:
+                self._step_id = self.slices.reserve_id()
+            opened.append(OpenSlice(self._step_id, pid, self._step_tid, Kind.STEP,
+                                    STEP_NAME.format(self.step_number), self.slices.epoch_ns(self._step_start)))
+        for region in list(self.open_regions.values()):
+            if region._id < 0:
+                region._id = self.slices.reserve_id()
+            opened.append(OpenSlice(region._id, pid, region._tid, Kind.REGION, region.name,
+                                    self.slices.epoch_ns(region._start)))
+        for collector in self._collectors:
+            opened.extend(collector.open_slices())
+        return opened
 
     def _drop_parent_state(self) -> None:
         """In a forked child: the collectors' threads and profilers stayed with the parent."""
         self._collectors.forget()
+        self._saver.forget()
         self.counter_reader = None
         self._counter_deltas = None
+
+    def _cycle_converted(self, collector: str, result: Result) -> None:
+        self._collectors.converted(collector, result)
 
     def _write_manifest(self) -> None:
         """run.json; in a job of several ranks, this rank's own too (rank 0 also writes run.json)."""

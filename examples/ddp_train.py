@@ -69,8 +69,12 @@ def main() -> None:
             optimizer.step()
     if rank == 0:
         print(f"trained {args.steps} steps on {world} ranks (pid {os.getpid()}), last loss {loss.item():.3f}")
-    # No barrier just before this: gloo's worker thread may still be freeing the barrier's work
-    # (which needs the GIL) when the group is destroyed (which joins it holding the GIL).
+    # The DDP model's reducer holds the process group: drop it first, so that the group ends in
+    # destroy_process_group(), which stops gloo's threads with the GIL released. Ended later by
+    # the reducer's destructor, it would join them holding the GIL while a thread still freeing
+    # its last work waits for the GIL (torch 2.13; more likely while a profiler runs). And no
+    # barrier just before this: it leaves one more such work behind.
+    del model, optimizer, loss
     dist.destroy_process_group()
 
 

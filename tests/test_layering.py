@@ -59,6 +59,8 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.importers": Layer.IMPORTERS,
     "dlprof.collectors": Layer.COLLECTORS,
     "dlprof.session": Layer.SESSION,
+    "dlprof.collector_set": Layer.SESSION,
+    "dlprof.saves": Layer.SESSION,
     "dlprof.regions": Layer.SESSION,
     "dlprof.runner": Layer.SESSION,
     "dlprof.forks": Layer.SESSION,

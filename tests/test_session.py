@@ -139,4 +139,4 @@ def test_a_run_whose_compaction_fails_is_still_closed(tmp_path: Path) -> None:
         chunk.write_bytes(b"not parquet")
     manifest = dlprof.load(tmp_path / "run").manifest
     assert manifest.status is RunStatus.COMPLETE
-    assert manifest.notes and manifest.notes[0].startswith("compacting failed")
+    assert manifest.notes and manifest.notes[0].startswith("making the saves final failed")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dlprof.config import ProfileConfig
+from dlprof.importers.finisher import Cycle, OpenSlice
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
 from dlprof.store.sink import Sink
@@ -30,6 +31,10 @@ def _ignore_counts(slice_id: int, before: tuple[int, ...], after: tuple[int, ...
 
 def _nothing_to_save() -> None:
     """Not in a forked child: the session saves the slice buffer itself."""
+
+
+def _no_conversions(cycle: Cycle) -> None:
+    raise RuntimeError("no session to convert a profiler cycle")
 
 
 class StepSource(Enum):
@@ -67,6 +72,9 @@ class CollectorContext:
     step_owner: StepSource | None = None
     # The collector the session lets subscribe to CUPTI (see Collector.cupti_priority).
     cupti_owner: str | None = None
+    # Hands the session a profiler cycle saved to a file: it is converted with the next save
+    # (dlprof.importers.finisher), and the result goes to the collector's converted().
+    convert: Callable[[Cycle], None] = _no_conversions
 
 
 class Collector(ABC):
@@ -133,4 +141,16 @@ class Collector(ABC):
         """A step boundary: ``step`` begins with ``action``; the step before had ``previous``."""
 
     def save(self) -> None:
-        """A cycle ended: write what was buffered."""
+        """The session saves: write what was buffered, hand over the cycle under way."""
+
+    def open_slices(self) -> list[OpenSlice]:
+        """Slices of this collector's still open when the session saves (a layer's forward
+        under way): the save's slices nest under them. Each gets an id now, which its row
+        keeps when it ends."""
+        return []
+
+    def converted(self, result: dict[str, Any]) -> None:
+        """The result of converting one of this collector's cycles (any thread may call it)."""
+
+    def after_conversions(self) -> None:
+        """Every cycle has been converted (after stop): sum up what the results said."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
+from dlprof.importers.finisher import OpenSlice
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 
@@ -69,37 +70,52 @@ class LayersCollector(Collector):
         self._recording = action.records
         self._record_backward()
 
+    def open_slices(self) -> list[OpenSlice]:
+        """The forwards under way on the saving thread (the one a save runs on)."""
+        opened = []
+        tid = threading.get_native_id()
+        for start, call, module in getattr(self._local, "stack", ()):
+            codes = self._codes(module)
+            if codes is None:
+                continue
+            if call[_FORWARD_ID] < 0:
+                call[_FORWARD_ID] = self._slices.reserve_id()
+            opened.append(OpenSlice(call[_FORWARD_ID], self._slices.pid, tid, Kind.MODULE,
+                                    self._slices.name_of(codes[0]), self._slices.epoch_ns(start)))
+        return opened
+
     # --- forward ------------------------------------------------------------------------------
 
     def _pre_forward(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self._recording:
             return
         try:
-            stack: list[tuple[int, list[Any]]] = self._local.stack
+            stack: list[tuple[int, list[Any], Any]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         if not stack and self._codes(module) is None:
             # The outermost module names every layer below it by its path.
             for path, child in module.named_modules():
                 self._name(child, path or type(module).__name__)
-        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), ()]
+        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), (), -1]
         self._calls.append(call)
         reader = self._reader
         if reader is not None:
             call[_FORWARD_COUNTS] = reader()
-        stack.append((time.perf_counter_ns(), call))
+        stack.append((time.perf_counter_ns(), call, module))
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        stack: list[tuple[int, list[Any]]] | None = getattr(self._local, "stack", None)
+        stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
         if not stack:
             return  # recording began inside this module's forward
         end = time.perf_counter_ns()
-        start, call = stack.pop()
+        start, call, _ = stack.pop()
         codes = self._codes(module) or self._name(module, type(module).__name__)
         reader = self._reader
         after = reader() if reader is not None else ()
         slice_id = self._slices.record(
-            self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output)
+            self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output),
+            call[_FORWARD_ID],
         )
         if reader is not None:
             self._record_counts(slice_id, call[_FORWARD_COUNTS], after)
@@ -152,9 +168,9 @@ class LayersCollector(Collector):
 # One forward call: [parent call, backward name code, backward start, backward end,
 # end of the call's own autograd node, backward thread, autograd node of its input, then the
 # counter readings (empty without counters) at the forward's start, the backward's start, the
-# backward's end and the node's end].
+# backward's end and the node's end, then the forward's slice id if a save found it open (-1)].
 (_PARENT, _NAME, _START, _END, _NODE_END, _TID, _INPUT_NODE,
- _FORWARD_COUNTS, _START_COUNTS, _END_COUNTS, _NODE_END_COUNTS) = range(11)
+ _FORWARD_COUNTS, _START_COUNTS, _END_COUNTS, _NODE_END_COUNTS, _FORWARD_ID) = range(12)
 
 
 def _watch_backward(call: list[Any], node: Any, input_node: Any,

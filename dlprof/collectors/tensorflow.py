@@ -6,8 +6,8 @@ The session starts this collector once the program has imported TensorFlow (its
 TensorFlow is there, ``tf.profiler.experimental.start/stop`` run once per profiling cycle of the
 session's schedule (started at a cycle's first warm-up or recorded step, stopped after its last
 recorded step), each cycle into its own directory of the run. A stopped cycle's XPlane is
-translated by :mod:`dlprof.importers.xplane_cycle` in a low-priority child process while the
-program goes on, as the torch collector does with Kineto's traces.
+translated with the save that ends it by the session's finisher (:mod:`dlprof.importers.finisher`),
+in a low-priority child process while the program goes on, as Kineto's traces are.
 
 Each cycle starts with a ``dlprof::clock_sync`` TraceMe timed with dlprof's clock too: it maps
 TensorFlow's timestamps onto dlprof's, and puts the events of the thread that made it (the
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.importers.cycle_conversion import BackgroundConverter
+from dlprof.importers.finisher import Cycle
 from dlprof.importers.kineto import CLOCK_MARKER
-from dlprof.importers.xplane_cycle import XPlaneJob, convert_cycle
+from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
 from dlprof.support.chatter import hidden_chatter
@@ -83,9 +83,6 @@ class TensorFlowCollector(Collector):
         self._events = 0
         self._seconds = 0.0
         self._lock = threading.Lock()
-        self._background: BackgroundConverter[XPlaneJob] = BackgroundConverter(
-            "dlprof-xplane", "dlprof.importers.xplane_cycle", convert_cycle, self._finish
-        )
         if context.config.with_stack:
             self.notes.append(WITH_STACK_NOTE)
         if context.action is not Action.NONE:
@@ -110,7 +107,8 @@ class TensorFlowCollector(Collector):
     def stop(self) -> None:
         if self._logdir is not None:
             self._end_cycle()
-        self._background.close()
+
+    def after_conversions(self) -> None:
         if self._clocks:
             self._context.clocks.append(_combined(self._clocks))
         if self._events:
@@ -156,11 +154,11 @@ class TensorFlowCollector(Collector):
             self._keep_from_ns = self._now_ns()
         window, tid = self._marker if self._marker is not None else (None, None)
         config = self._context.config
-        self._background.submit(XPlaneJob(
-            logdir=self._logdir, run_dir=self._context.run_dir, rank=config.rank, cycle=self._cycle,
+        self._context.convert(Cycle(self.name, XPlaneJob(
+            logdir=self._logdir, rank=config.rank, cycle=self._cycle,
             pid=self._context.slices.pid, marker_window_ns=window, marker_tid=tid,
             keep_from_ns=self._keep_from_ns,
-        ))
+        )))
         self._cycle += 1
         self._logdir = None
         self._marker = None
@@ -168,8 +166,8 @@ class TensorFlowCollector(Collector):
     def _now_ns(self) -> int:
         return time.perf_counter_ns() + self._context.slices.to_epoch_ns
 
-    def _finish(self, result: dict[str, Any]) -> None:
-        with self._lock:  # called from the converter's thread and from stop()
+    def converted(self, result: dict[str, Any]) -> None:
+        with self._lock:  # called from the finisher's thread and from the session's stop
             self._clocks.extend(ClockDomain(**_clock_fields(c)) for c in result.get("clocks", []))
             known = {d.get("id") for d in self._context.devices}
             self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)

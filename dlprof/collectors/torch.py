@@ -3,8 +3,9 @@
 The session starts it once the program has imported torch (its ``framework``), so a program that
 never does (a Keras one) never runs torch.profiler. Kineto's results are never walked event by
 event in Python (``prof.events()`` costs about 71 µs per event). At each save Kineto writes its
-own Chrome trace in C++, and :mod:`dlprof.importers.kineto_cycle` translates it into the store,
-in a child process while the program goes on, and in this process for what is left at the end.
+own Chrome trace in C++, which the session's finisher (:mod:`dlprof.importers.finisher`)
+translates into the store with the rest of the save, in a child process while the program goes
+on.
 
 The profiler is driven by dlprof's own schedule, not torch.profiler's: each step's action puts it
 in one of three states (idle, warming up, recording) through a table of transitions, and a save
@@ -33,9 +34,9 @@ from enum import Enum
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.importers.cycle_conversion import BackgroundConverter
+from dlprof.importers.finisher import Cycle
 from dlprof.importers.kineto import CLOCK_MARKER
-from dlprof.importers.kineto_cycle import CycleJob, convert_cycle
+from dlprof.importers.kineto_cycle import CycleJob
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
 from dlprof.support.chatter import hidden_chatter
@@ -96,9 +97,6 @@ class TorchCollector(Collector):
         self._clock_bounds: list[tuple[int, int]] = []
         self._clock_offsets: list[int] = []
         self._marker: tuple[int, int] | None = None
-        self._background: BackgroundConverter[CycleJob] = BackgroundConverter(
-            "dlprof-kineto", "dlprof.importers.kineto_cycle", convert_cycle, self._finish
-        )
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         self._kineto: Any = _KinetoProfile(
@@ -140,7 +138,15 @@ class TorchCollector(Collector):
                 + ("recorded (all threads)" if self._context.config.all_threads
                    else "not recorded (--all-threads records them, without allocations)")
             )
-        self._background.close()
+
+    def converted(self, result: dict[str, Any]) -> None:
+        known = {d.get("id") for d in self._context.devices}
+        self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)
+        if result.get("clock_bounds_ns") is not None:
+            self._clock_bounds.append(tuple(result["clock_bounds_ns"]))
+            self._clock_offsets.append(int(result["clock_offset_ns"]))
+
+    def after_conversions(self) -> None:
         saved = self._context.run_dir / "kineto"
         for directory in (saved / f"rank={self._context.config.rank}", saved):
             if directory.is_dir() and not any(directory.iterdir()):
@@ -193,21 +199,13 @@ class TorchCollector(Collector):
         self._kineto.export_chrome_trace(str(path))
         job = CycleJob(
             trace=path,
-            run_dir=self._context.run_dir,
             rank=self._context.config.rank,
             cycle=self._cycle,
             pid=os.getpid(),
             marker_window_ns=self._marker,
         )
         self._cycle += 1
-        self._background.submit(job)
-
-    def _finish(self, result: dict[str, Any]) -> None:
-        known = {d.get("id") for d in self._context.devices}
-        self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)
-        if result.get("clock_bounds_ns") is not None:
-            self._clock_bounds.append(tuple(result["clock_bounds_ns"]))
-            self._clock_offsets.append(int(result["clock_offset_ns"]))
+        self._context.convert(Cycle(self.name, job))
 
 
 ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no allocations (torch 2.13); "

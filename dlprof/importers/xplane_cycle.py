@@ -1,21 +1,21 @@
-"""One saved TensorFlow profiler cycle into the store: read its XPlane, write chunks.
+"""One saved TensorFlow profiler cycle into rows of the store: read its XPlane, translate it.
 
-Runs in the profiled process or as a child (``python -m dlprof.importers.xplane_cycle JOB``),
-which lowers its own priority so the program it profiles keeps the CPU. The XPlane files stay
-in the run directory (``tensorflow/rank=R/cycle-NNNNN/plugins/profile/...``), where TensorBoard's
+The tensorflow collector hands each cycle to the session's finisher
+(:mod:`dlprof.importers.finisher`) as an :class:`XPlaneJob`. The XPlane files stay in the run
+directory (``tensorflow/rank=R/cycle-NNNNN/plugins/profile/...``), where TensorBoard's
 profiler opens them too (``tensorboard --logdir RUN/tensorflow/rank=0``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from dlprof.importers.cycle_conversion import JsonJob, child_main
+import pyarrow as pa
+
 from dlprof.importers.kineto_cycle import CYCLE_ID_BITS
 from dlprof.importers.xplane import (
     XPLANE_SUFFIX,
@@ -25,20 +25,17 @@ from dlprof.importers.xplane import (
     convert_xspace,
     read_xspace,
 )
+from dlprof.keys import StoreTable
 from dlprof.store.ids import SLOT_XPLANE, id_base
-from dlprof.store.sink import Sink
-from dlprof.store.writer import RankWriter
 
 
 @dataclass(frozen=True)
-class XPlaneJob(JsonJob):
+class XPlaneJob:
     """Where one cycle's XPlane is and how its rows are placed."""
 
-    PATHS = ("logdir", "run_dir")
-    PAIRS = ("marker_window_ns",)
+    KIND: ClassVar[str] = "xplane"
 
     logdir: Path  # what tf.profiler.experimental.start was given
-    run_dir: Path
     rank: int
     cycle: int
     pid: int
@@ -51,16 +48,20 @@ class XPlaneJob(JsonJob):
         """The XPlane files TensorFlow wrote for this cycle (one per host)."""
         return sorted(self.logdir.glob(f"plugins/profile/*/*{XPLANE_SUFFIX}"))
 
+    def inputs(self) -> list[Path]:
+        """Nothing is removed: the XPlane files stay for TensorBoard."""
+        return []
 
-def convert_cycle(job: XPlaneJob) -> dict[str, Any]:
-    """Translate one cycle's XPlane files into chunks of the run's tables.
+
+def convert_cycle(job: XPlaneJob) -> tuple[dict[StoreTable, list[pa.Table]], dict[str, Any]]:
+    """Translate one cycle's XPlane files into rows of the run's tables.
 
     Returns:
-        What the collector records in the manifest: rows and events, the clock mapping, devices,
-        what was skipped, and the seconds it took.
+        The rows per table, and what the collector records in the manifest: rows and events,
+        the clock mapping, devices, what was skipped, and the seconds it took.
     """
     began = time.perf_counter()
-    sink = Sink(RankWriter(job.run_dir, job.rank))
+    rows: dict[StoreTable, list[pa.Table]] = {StoreTable.SLICES: [], StoreTable.MEMORY: []}
     next_id = id_base(job.rank, SLOT_XPLANE) + (job.cycle << CYCLE_ID_BITS)
     result: dict[str, Any] = {"slices": 0, "events": 0, "clocks": [], "devices": [], "skipped": {},
                               "problems": []}
@@ -76,9 +77,8 @@ def convert_cycle(job: XPlaneJob) -> dict[str, Any]:
                                 marker_tid=job.marker_tid, keep_from_ns=job.keep_from_ns)
         tables = convert_xspace(space, options)
         next_id += tables.slices.num_rows
-        source = f"xplane{job.cycle:05d}"
-        sink.append_slices(tables.slices, source)
-        sink.append_memory(tables.memory, source)
+        rows[StoreTable.SLICES].append(tables.slices)
+        rows[StoreTable.MEMORY].append(tables.memory)
         result["slices"] += tables.slices.num_rows
         result["events"] += tables.events
         result["clocks"].append(dataclasses.asdict(tables.clock))
@@ -86,8 +86,4 @@ def convert_cycle(job: XPlaneJob) -> dict[str, Any]:
         for what, count in tables.skipped.items():
             result["skipped"][what] = result["skipped"].get(what, 0) + count
     result["seconds"] = time.perf_counter() - began
-    return result
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:], XPlaneJob.from_json, convert_cycle))
+    return rows, result

@@ -112,9 +112,20 @@ def nest_slices(table: pa.Table) -> tuple[pa.Table, NestingReport]:
     return nested, report
 
 
+@dataclass
+class OpenSliceTimes:
+    """What one window said of the slices still open at its save, by id."""
+
+    # The time of each one's direct children in this window.
+    children_ns: dict[int, int] = field(default_factory=dict)
+    # Where nesting moved one's start to (it began inside a slice that ended here and was
+    # extended back over it); the slice's row, written with a later save, starts there too.
+    starts_ns: dict[int, int] = field(default_factory=dict)
+
+
 def nest_window(
     table: pa.Table, anchors: pa.Table | None = None
-) -> tuple[pa.Table, NestingReport, dict[int, int]]:
+) -> tuple[pa.Table, NestingReport, OpenSliceTimes]:
     """Nest the slices of one save under the slices still open when it was made.
 
     Args:
@@ -124,13 +135,14 @@ def nest_window(
             parents and count their depth from theirs. They are not returned.
 
     Returns:
-        The nested slices (as :func:`nest_slices` gives them), the report, and per anchor id
-        the time of its direct children here, which its own self time must leave out.
+        The nested slices (as :func:`nest_slices` gives them), the report, and per anchor the
+        time of its direct children here (which its own self time must leave out) and its start
+        where nesting moved it.
     """
     report = NestingReport()
     n = table.num_rows
     if n == 0:
-        return table, report, {}
+        return table, report, OpenSliceTimes()
     if anchors is not None and anchors.num_rows:
         table = pa.concat_tables([table, _open_rows(anchors, table.schema)])
     total = table.num_rows
@@ -175,10 +187,20 @@ def nest_window(
             sorted_table.schema.get_field_index(name), name, values.cast(sorted_table.schema.field(name).type)
         )
     if total == n:
-        return sorted_table, report, {}
+        return sorted_table, report, OpenSliceTimes()
     is_anchor = np.asarray(order) >= n
-    children_time = dict(zip(ids[is_anchor].tolist(), child_total[is_anchor].tolist(), strict=True))
-    return sorted_table.filter(pa.array(~is_anchor)), report, children_time
+    anchor_ids = ids[is_anchor].tolist()
+    # An open slice's open children count where they end, not here (they have no end yet).
+    closed_child = has_parent & ~is_anchor
+    closed_total = np.zeros(total, dtype=np.int64)
+    np.add.at(closed_total, parent_pos[closed_child], dur[closed_child])
+    times = OpenSliceTimes(children_ns=dict(zip(anchor_ids, closed_total[is_anchor].tolist(), strict=True)))
+    given = dict(zip(anchors.column("id").to_pylist(), anchors.column("start_ns").to_pylist(), strict=True)) \
+        if anchors is not None else {}
+    for slice_id, begins in zip(anchor_ids, np.asarray(start, dtype=np.int64)[is_anchor].tolist(), strict=True):
+        if begins != given.get(slice_id, begins):
+            times.starts_ns[slice_id] = begins
+    return sorted_table.filter(pa.array(~is_anchor)), report, times
 
 
 def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:

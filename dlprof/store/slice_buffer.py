@@ -53,6 +53,18 @@ class SliceBuffer:
         self._lock = threading.Lock()  # the parent's may have been held by a thread that is gone
         self._new_columns()
 
+    def epoch_ns(self, perf_ns: int) -> int:
+        """A ``perf_counter_ns`` reading as epoch nanoseconds."""
+        return perf_ns + self.to_epoch_ns
+
+    def kind_of(self, code: int) -> str:
+        """The kind a kind code stands for."""
+        return next(kind for kind, value in self._kinds.items() if value == code)
+
+    def name_of(self, code: int) -> str:
+        """The name an interned code stands for."""
+        return next(name for name, value in self._names.items() if value == code)
+
     def intern(self, name: str) -> int:
         """The integer code of a name; call once per distinct name, off the hot path if you can."""
         return self._code(self._names, name)
@@ -68,16 +80,26 @@ class SliceBuffer:
                 code = codes.setdefault(key, len(codes))
         return code
 
-    def record(
-        self, kind_code: int, name_code: int, tid: int, start: int, end: int, nbytes: int = -1
-    ) -> int:
-        """Append one slice timed with ``perf_counter_ns``; returns its id.
-
-        ``nbytes`` of -1 means "not measured".
-        """
+    def reserve_id(self) -> int:
+        """An id for a slice that has begun and not ended (one a save finds open), which its
+        row takes when it is recorded (``record(..., slice_id=...)``)."""
         with self._lock:
             slice_id = self._next_id
             self._next_id += 1
+        return slice_id
+
+    def record(
+        self, kind_code: int, name_code: int, tid: int, start: int, end: int, nbytes: int = -1,
+        slice_id: int = -1,
+    ) -> int:
+        """Append one slice timed with ``perf_counter_ns``; returns its id.
+
+        ``nbytes`` of -1 means "not measured"; ``slice_id`` of -1 gives it the next id.
+        """
+        with self._lock:
+            if slice_id < 0:
+                slice_id = self._next_id
+                self._next_id += 1
             self._id.append(slice_id)
             self._name.append(name_code)
             self._kind.append(kind_code)

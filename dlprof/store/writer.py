@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from dlprof.keys import StoreTable
 from dlprof.store.attribution import attribute_memory
 from dlprof.store.layout import CHUNK_GLOB, SOURCES_KEY, part_name, rank_dir, rank_files
-from dlprof.store.nesting import NestingReport, nest_window
+from dlprof.store.nesting import NestingReport, OpenSliceTimes, nest_window
 from dlprof.store.schema import SCHEMAS, conform, write_parquet
 
 __all__ = ["CHUNK_GLOB", "RankWriter", "WindowReport", "rank_dir", "read_chunks"]
@@ -41,8 +41,8 @@ class WindowReport:
 
     rows: dict[str, int] = field(default_factory=dict)  # per table
     nesting: NestingReport = field(default_factory=NestingReport)
-    # Per slice still open at the save: the time of its children in this window.
-    open_children_ns: dict[int, int] = field(default_factory=dict)
+    # Of the slices still open at the save: their children's time here, and moved starts.
+    open_slices: OpenSliceTimes = field(default_factory=OpenSliceTimes)
 
 
 class RankWriter:
@@ -115,7 +115,7 @@ class RankWriter:
             if pieces:
                 merged[table] = pa.concat_tables(pieces, promote_options="permissive").unify_dictionaries().combine_chunks()
         if StoreTable.SLICES in merged:
-            merged[StoreTable.SLICES], report.nesting, report.open_children_ns = nest_window(
+            merged[StoreTable.SLICES], report.nesting, report.open_slices = nest_window(
                 merged[StoreTable.SLICES], anchors
             )
             if StoreTable.MEMORY in merged:
@@ -165,20 +165,27 @@ class RankWriter:
             counts[str(table)] = sum(pq.read_metadata(part).num_rows for part in parts)
         return counts
 
-    def add_children_time(self, number: int, children_ns: Mapping[int, int]) -> None:
-        """Take time spent in children written with other windows off the self time of slices
-        in window ``number`` (slices that were still open when those windows were saved)."""
+    def amend_open_slices(self, number: int, children_ns: Mapping[int, int],
+                          starts_ns: Mapping[int, int]) -> None:
+        """Make whole the slices of window ``number`` that were still open at earlier saves:
+        take their children's time in those windows off their self time, and start them where
+        nesting moved their start to there."""
         path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
-        if not children_ns or not path.exists():
+        if not (children_ns or starts_ns) or not path.exists():
             return
         data = pq.read_table(path)
         ids = data.column("id").to_numpy(zero_copy_only=False)
-        extra = _lookup(ids, children_ns)
-        if not extra.any():
-            return
+        start = data.column("start_ns").to_numpy(zero_copy_only=False)
+        moved_to = _lookup(ids, starts_ns, default=start)
+        earlier = start - moved_to  # how much longer a slice moved back becomes
         self_ns = data.column("self_ns").fill_null(0).to_numpy(zero_copy_only=False)
-        adjusted = pa.array(np.maximum(self_ns - extra, 0))
-        data = data.set_column(data.schema.get_field_index("self_ns"), "self_ns", adjusted)
+        adjusted = {
+            "start_ns": moved_to,
+            "dur_ns": data.column("dur_ns").to_numpy(zero_copy_only=False) + earlier,
+            "self_ns": np.maximum(self_ns + earlier - _lookup(ids, children_ns, default=np.zeros_like(ids)), 0),
+        }
+        for name, values in adjusted.items():
+            data = data.set_column(data.schema.get_field_index(name), name, pa.array(values, pa.int64()))
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
 
 
@@ -187,14 +194,16 @@ def part_number(path: Path) -> int:
     return int(path.stem.partition("-")[2])
 
 
-def _lookup(ids: np.ndarray, values: Mapping[int, int]) -> np.ndarray:
-    """``values[id]`` for each id (0 where it has none), without a Python loop over the ids."""
+def _lookup(ids: np.ndarray, values: Mapping[int, int], default: np.ndarray) -> np.ndarray:
+    """``values[id]`` for each id (``default`` where it has none), without a loop over the ids."""
+    if not values:
+        return default
     keys = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
     amounts = np.fromiter(values.values(), dtype=np.int64, count=len(values))
     order = np.argsort(keys)
     keys, amounts = keys[order], amounts[order]
     at = np.clip(np.searchsorted(keys, ids), 0, len(keys) - 1)
-    return np.where(keys[at] == ids, amounts[at], 0)
+    return np.where(keys[at] == ids, amounts[at], default)
 
 
 def read_chunks(paths: list[Path], schema: pa.Schema) -> pa.Table:

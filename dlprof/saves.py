@@ -1,0 +1,124 @@
+"""A session's saves: what each one holds, and making them final while the program runs.
+
+At every save the session hands over what it recorded since the last one; the :class:`Saver`
+writes it as chunks at once (so a run killed a moment later keeps it), gathers the chunks every
+source wrote since the last save and the profiler cycles handed to it, and gives them to the
+finisher (:mod:`dlprof.importers.finisher`) as one job, with the slices still open at that
+moment. When the session ends, :meth:`Saver.close` waits for the last jobs, takes the time of
+each open slice's children in earlier saves off its self time, makes the chunks no save held
+final (forked DataLoader workers write their own), and says what the run holds::
+
+    saver = Saver(writer, sink)
+    saver.save(slices.drain(), open_slices, metrics)   # at every save
+    counts, normalised = saver.close()                 # when the session ends
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dlprof.importers.finisher import BackgroundFinisher, Cycle, OpenSlice, Result, SaveJob
+from dlprof.store.sink import Sink
+from dlprof.store.writer import RankWriter
+
+
+class Saver:
+    """Saves of one rank: chunks now, final parts through the finisher."""
+
+    def __init__(self, writer: RankWriter, sink: Sink, on_cycle: Callable[[str, Result], None]) -> None:
+        """Args:
+        writer: the rank's writer (every chunk of this process goes through it).
+        sink: the sink on that writer.
+        on_cycle: told (collector name, result) for each profiler cycle converted.
+        """
+        self._writer = writer
+        self._sink = sink
+        self._on_cycle = on_cycle
+        self._finisher = BackgroundFinisher(self._finished)
+        self._lock = threading.Lock()
+        self._cycles: list[Cycle] = []
+        self._number = 0
+        # Ids of slices handed over as open, and per save the ones among them that ended in it.
+        self._opened: set[int] = set()
+        self._ended_in: dict[int, list[int]] = {}
+        # Per slice handed over open: its children's time in saves before the one it ended in,
+        # and the earliest start nesting moved it to in them.
+        self._children_ns: dict[int, int] = {}
+        self._starts_ns: dict[int, int] = {}
+        self._normalised: dict[str, int] = {}
+        self.saves = 0
+
+    def convert(self, cycle: Cycle) -> None:
+        """A profiler cycle saved to a file: converted with the next save."""
+        with self._lock:
+            self._cycles.append(cycle)
+
+    def save(self, slices: pa.Table, open_slices: list[OpenSlice], metrics: pa.Table | None = None) -> None:
+        """Write what the session recorded since the last save, and hand the save over.
+
+        Args:
+            slices: the session's slices since the last save (steps, regions, layers).
+            open_slices: slices still open now; their ids are those their rows will have.
+            metrics: counter deltas of those slices.
+        """
+        self._sink.append_slices(slices, "session")
+        if metrics is not None:
+            self._sink.append_metrics(metrics, "session")
+        number = self._number
+        self._number += 1
+        if self._opened and slices.num_rows:
+            ended = pc.is_in(slices.column("id"), pa.array(list(self._opened), pa.int64()))
+            self._ended_in[number] = slices.column("id").filter(ended).to_pylist()
+        self._opened.update(s.id for s in open_slices)
+        with self._lock:
+            cycles, self._cycles = self._cycles, []
+        self._finisher.submit(SaveJob(
+            run_dir=self._writer.run_dir, rank=self._writer.rank, number=number,
+            metadata=self._writer.metadata, chunks=self._writer.take_written(), cycles=cycles,
+            open_slices=open_slices,
+        ))
+        self.saves += 1
+
+    def close(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Finish every save, then the chunks no save held.
+
+        Returns:
+            Rows per table in the rank's parts, and what nesting changed, per kind of change.
+        """
+        self._finisher.close()
+        for number, ended in self._ended_in.items():
+            self._writer.amend_open_slices(
+                number,
+                {slice_id: self._children_ns[slice_id] for slice_id in ended if slice_id in self._children_ns},
+                {slice_id: self._starts_ns[slice_id] for slice_id in ended if slice_id in self._starts_ns},
+            )
+        counts, report = self._writer.compact()
+        for what, count in report.as_counts().items():
+            self._normalised[what] = self._normalised.get(what, 0) + count
+        return counts, dict(self._normalised)
+
+    @property
+    def child_failures(self) -> int:
+        """Jobs the finisher's child process could not finish (done in this process instead)."""
+        return self._finisher.child_failures
+
+    def forget(self) -> None:
+        """In a forked child: the saves are the parent's."""
+        self._finisher.forget()
+
+    def _finished(self, result: Result) -> None:
+        with self._lock:  # the finisher's thread and the closing session both report here
+            for slice_id, time_ns in result["open_children_ns"].items():
+                key = int(slice_id)
+                self._children_ns[key] = self._children_ns.get(key, 0) + int(time_ns)
+            for slice_id, start_ns in result["open_starts_ns"].items():
+                key = int(slice_id)
+                self._starts_ns[key] = min(self._starts_ns.get(key, start_ns), int(start_ns))
+            for what, count in result["nesting"].items():
+                self._normalised[what] = self._normalised.get(what, 0) + int(count)
+        for cycle in result["cycles"]:
+            self._on_cycle(cycle["collector"], cycle)

@@ -1,0 +1,90 @@
+"""Saves made final one at a time: what a run of many saves holds equals what nesting the whole
+run at once gives, regions spanning saves included."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import dlprof
+from dlprof.config import ProfileConfig
+from dlprof.keys import StoreTable
+from dlprof.session import Session
+from dlprof.store.layout import rank_dir, rank_files
+from dlprof.store.nesting import nest_slices
+
+
+def _spin(ns: int) -> None:
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def _profile_with_saves(out: Path, steps: int, save_every: int) -> Path:
+    config = ProfileConfig(out=out, collectors=(), flush_steps=save_every)
+    with Session(config) as session, dlprof.region("whole loop"):
+        for step in range(steps):
+            with dlprof.region("epoch" if step % 4 == 0 else "batch"):
+                for _ in range(3):
+                    with dlprof.region("work"):
+                        _spin(1_000_000)
+            session.step()
+    return out
+
+
+def test_many_saves_nest_as_the_whole_run_would(tmp_path: Path) -> None:
+    run_dir = _profile_with_saves(tmp_path / "run", steps=12, save_every=3)
+    parts = rank_files(rank_dir(run_dir, StoreTable.SLICES, 0)).parts
+    assert len(parts) >= 4, "a part per save"
+    slices = dlprof.load(run_dir).arrow(StoreTable.SLICES).drop_columns(["rank"])
+    # Nesting every row at once, as a single compaction of the whole run would.
+    bare = slices.drop_columns(["depth", "parent_id", "self_ns"])
+    for name, kind in (("depth", pa.int16()), ("parent_id", pa.int64()), ("self_ns", pa.int64())):
+        bare = bare.append_column(name, pa.nulls(bare.num_rows, kind))
+    whole, _ = nest_slices(bare)
+    mine = {row["id"]: row for row in slices.to_pylist()}
+    for row in whole.to_pylist():
+        got = mine[row["id"]]
+        assert (got["depth"], got["parent_id"], got["self_ns"]) == (row["depth"], row["parent_id"], row["self_ns"]), got["name"]
+
+
+def test_a_region_spanning_every_save_holds_what_ran_inside_it(tmp_path: Path) -> None:
+    run = dlprof.load(_profile_with_saves(tmp_path / "run", steps=8, save_every=2))
+    slices = run.slices
+    [loop] = slices[slices.name == "whole loop"].itertuples()
+    children = slices[slices.parent_id == loop.id]
+    # Each step begins where the one before ended; the first began with the session, before the
+    # region (nesting decides which of the two holds the other).
+    assert set(children.name) >= {f"ProfilerStep#{n}" for n in range(1, 8)}
+    regions = slices[slices.name.isin(["epoch", "batch"])]
+    assert len(regions) == 8 and set(regions.parent_id) <= set(children.id)
+    assert loop.self_ns == loop.dur_ns - children.dur_ns.sum()
+    assert children.dur_ns.sum() >= 8 * 3 * 1_000_000, "the regions' work, in every save, is its children's"
+
+
+@pytest.mark.torch
+def test_a_layer_open_at_a_save_keeps_its_children(tmp_path: Path) -> None:
+    """A save inside a forward (a long step saved by time) hands the layer over open."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    from torch import nn
+
+    class Saving(nn.Module):
+        def forward(self, x: object) -> object:
+            session._save(within_step=True)  # what a save by time does inside a step
+            return x
+
+    model = nn.Sequential(nn.Linear(4, 4), Saving(), nn.Linear(4, 4))
+    config = ProfileConfig(out=tmp_path / "run", collectors=("torch", "layers"))
+    with Session(config) as session:
+        model(torch.ones(2, 4))
+        session.step()
+    slices = dlprof.load(tmp_path / "run").slices
+    [outer] = slices[slices.name == "Sequential (Sequential) forward"].itertuples()
+    children = slices[slices.parent_id == outer.id]
+    assert {"0 (Linear) forward", "1 (Saving) forward", "2 (Linear) forward"} <= set(children.name)
+    [step] = slices[slices.name == "ProfilerStep#0"].itertuples()
+    assert outer.parent_id == step.id
+    assert outer.self_ns == outer.dur_ns - children.dur_ns.sum()
