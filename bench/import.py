@@ -1,43 +1,47 @@
-"""How fast dlprof imports Kineto traces and how much memory it takes, beside ``json.load`` and
-Holistic Trace Analysis (HTA) loading the same files.
+"""How fast dlprof imports Kineto traces and how much memory it takes, beside ``json.load``,
+plain orjson and Holistic Trace Analysis (HTA) loading the same files.
 
-    .venv/bin/python bench/import.py                                  # about 7 minutes on 2 cores
+    .venv/bin/python bench/import.py                                  # 1M events, every method
     .venv/bin/python bench/import.py --events 100000 --repeat 1       # a quick look
-    .venv/bin/python bench/import.py --hta-python .hta-venv/bin/python --json import.json
+    .venv/bin/python bench/import.py --events 10000000 --repeat 1 --methods import_traces import_stream
+    .venv/bin/python bench/import.py --bomb 400 --methods import_traces   # a gzip bomb besides
 
-Two files: the largest trace in tests/data/kineto-traces (by size on disk), and a synthetic trace
-of ``--events`` events (1 million by default) written in Kineto's own layout into a temporary
-directory: CPU ops with input shapes, runtime calls, kernels, memcpy and memset correlated to
-them, flow events, memory instants, ``ProfilerStep#N`` ranges.
+Files: the largest trace in tests/data/kineto-traces (by size on disk), a synthetic trace of
+``--events`` events in Kineto's own layout (bench/synthetic_trace.py; kept in ``--cache`` between
+runs, as writing 10M events takes minutes), and with ``--bomb N`` a small valid trace gzipped
+with N MB of whitespace between its tokens.
 
 Every measurement runs in a fresh child process, so one never inherits another's heap. The child
-imports what it needs, notes its resident set, does the work once, and reports the wall time and
-how far its peak resident set rose above that baseline: C allocations (orjson, Arrow, numpy)
-included, which ``tracemalloc`` cannot see. The peak is Linux's ``VmHWM`` for the process image,
-not ``getrusage().ru_maxrss``: a child started by ``subprocess`` inherits the parent's peak in
-``ru_maxrss`` across ``exec`` (it is kept in the JSON output for reference). Throughput is in MB (10**6 bytes) of uncompressed JSON
-per second, reading and decompressing the file included. The ways of loading:
+imports what it needs, notes its resident set, does the work once, and reports the wall time, the
+CPU time and how far its peak resident set rose above that baseline: C allocations (orjson,
+Arrow, DuckDB, numpy) included, which ``tracemalloc`` cannot see. The peak is Linux's ``VmHWM``
+for the process image, not ``getrusage().ru_maxrss``: a child started by ``subprocess`` inherits
+the parent's peak in ``ru_maxrss`` across ``exec``. Throughput is in MB (10**6 bytes) of
+uncompressed JSON per second of wall time and per CPU second, reading and decompressing the file
+included. The ways of loading:
 
     json.load              stdlib ``json.loads(gzip.open(f).read())``: what HTA and most tools do
-    read_trace             dlprof's parse alone (orjson, garbage collector paused)
-    read_trace+convert     read_trace, then convert_trace into Arrow tables in memory
-    import_traces          dlprof.importers.trace_file.import_traces: chunked parse, convert,
-                           nest and write a run directory (what ``dlprof import`` does), if present
+    orjson                 ``orjson.loads`` of the whole file: the fastest parse into Python objects
+    convert_file           dlprof.importers.kineto.convert_file: the file into Arrow tables in
+                           memory (the torch collector's conversion of one cycle)
+    import_stream          what ``dlprof import`` does but the compaction at the end: streamed
+                           pieces written as chunks
+    import_traces          dlprof.importers.trace_file.import_traces: ``dlprof import`` whole
+                           (stream, then each rank's compaction: nesting and one part file)
     hta                    HTA's ``TraceAnalysis(trace_dir=...)``, in the interpreter given by
                            ``--hta-python`` (a separate virtual environment), if it imports
+
+import_traces minus import_stream is the compaction's share of the time and of the peak.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import importlib.util
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,27 +49,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from synthetic_trace import write_synthetic  # bench/ is the script's own directory
+from child_runs import child_report, measure, summarise  # bench/ is the script's own directory
+from synthetic_trace import write_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "kineto-traces"
 DEFAULT_HTA = Path(".hta-venv/bin/python")
-RESULT = "RESULT "  # a child's report line, apart from whatever the loaders print
-METHODS = ("json.load", "read_trace", "read_trace+convert", "import_traces", "hta")
+METHODS = ("json.load", "orjson", "convert_file", "import_stream", "import_traces", "hta")
+DEFAULT_CACHE = Path.home() / ".cache" / "dlprof-bench"
 
 
 # --- the child: one measurement -----------------------------------------------------------
-
-
-def _memory_kib() -> tuple[int, int]:
-    """This process image's resident set now and at its peak, in KiB."""
-    found = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0])
-    return found["VmRSS"], found["VmHWM"]
 
 
 def _load(method: str, path: Path, scratch: Path) -> int:
@@ -73,12 +67,24 @@ def _load(method: str, path: Path, scratch: Path) -> int:
     if method == "json.load":
         with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
             return len(json.loads(handle.read())["traceEvents"])
-    if method == "read_trace":
-        return len(_dlprof_kineto().read_trace(path)["traceEvents"])
-    if method == "read_trace+convert":
-        kineto = _dlprof_kineto()
-        tables = kineto.convert_trace(kineto.read_trace(path), kineto.KinetoOptions(id_base=0))
+    if method == "orjson":
+        import orjson
+
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
+            return len(orjson.loads(handle.read())["traceEvents"])
+    if method == "convert_file":
+        from dlprof.importers.kineto import KinetoOptions, convert_file
+
+        tables = convert_file(path, KinetoOptions(id_base=0))
         return int(tables.slices.num_rows + tables.memory.num_rows + tables.counters.num_rows)
+    if method == "import_stream":
+        from dlprof.importers.trace_file import import_traces
+        from dlprof.store.nesting import NestingReport
+        from dlprof.store.writer import RankWriter
+
+        RankWriter.compact = lambda self: ({}, NestingReport())  # type: ignore[method-assign]
+        import_traces([path], scratch / "run")
+        return sum(1 for _ in (scratch / "run").rglob("chunk-*.parquet"))
     if method == "import_traces":
         from dlprof.importers.trace_file import import_traces
 
@@ -96,17 +102,13 @@ def _load(method: str, path: Path, scratch: Path) -> int:
     raise ValueError(f"unknown method {method!r}")
 
 
-def _dlprof_kineto() -> Any:
-    import dlprof.importers.kineto as kineto
-
-    return kineto
-
-
 def _preload(method: str) -> None:
     """Import the method's modules before the baseline, so that they are not counted."""
-    if method in ("read_trace", "read_trace+convert"):
-        _dlprof_kineto()
-    elif method == "import_traces":
+    if method == "orjson":
+        import orjson  # noqa: F401
+    elif method == "convert_file":
+        import dlprof.importers.kineto
+    elif method in ("import_stream", "import_traces"):
         import dlprof.importers.trace_file  # noqa: F401
     elif method == "hta":
         import hta.trace_analysis  # noqa: F401
@@ -114,23 +116,22 @@ def _preload(method: str) -> None:
 
 def child(method: str, path: Path, scratch: Path) -> None:
     _preload(method)
-    gc.collect()
-    baseline, _ = _memory_kib()
-    began = time.perf_counter()
-    produced = _load(method, path, scratch)
-    wall = time.perf_counter() - began
-    _, peak = _memory_kib()
-    report = {
-        "wall_s": wall,
-        "baseline_kib": baseline,
-        "peak_kib": peak,
-        "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        "produced": produced,
-    }
-    print(RESULT + json.dumps(report), flush=True)
+    child_report(lambda: _load(method, path, scratch))
 
 
 # --- the parent: every measurement, the table ---------------------------------------------
+
+
+def write_bomb(path: Path, megabytes: int) -> None:
+    """Two events, gzipped with ``megabytes`` MB of whitespace around and between them."""
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}'
+    blank = b"\n" * (1 << 20)
+    with gzip.open(path.with_suffix(".partial"), "wb", compresslevel=9) as out:
+        out.write(b'{"schemaVersion": 1, "traceEvents": [\n' + event + b",\n")
+        for _ in range(megabytes):
+            out.write(blank)
+        out.write(event + b"\n]}\n")
+    path.with_suffix(".partial").replace(path)
 
 
 def largest_trace() -> Path:
@@ -142,19 +143,12 @@ def json_bytes(path: Path) -> int:
         return sum(len(block) for block in iter(lambda: handle.read(1 << 24), b""))
 
 
-def measure(python: str, method: str, path: Path, work: Path) -> dict[str, Any]:
+def measure_method(python: str, method: str, path: Path, work: Path) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(dir=work))
     try:
-        done = subprocess.run([python, __file__, "--child", method, str(path), str(scratch)],
-                              capture_output=True, text=True, check=False, timeout=3600)
+        return measure([python, __file__, "--child", method, str(path), str(scratch)])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    if done.returncode or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"exit {done.returncode}: {tail[0]}"}
-    result: dict[str, Any] = json.loads(lines[-1][len(RESULT):])
-    return result
 
 
 def available(args: argparse.Namespace) -> dict[str, str]:
@@ -177,18 +171,6 @@ def available(args: argparse.Namespace) -> dict[str, str]:
     return methods
 
 
-def summarise(runs: list[dict[str, Any]], size: int) -> dict[str, Any]:
-    good = [r for r in runs if "error" not in r]
-    if not good:
-        return {"error": runs[0]["error"]}
-    wall = statistics.median(r["wall_s"] for r in good)
-    # On a host whose speed drifts, the fastest run is the closest to the work's own cost.
-    best = min(r["wall_s"] for r in good)
-    growth = [(r["peak_kib"] - r["baseline_kib"]) * 1024 for r in good]
-    return {"wall_s": wall, "best_wall_s": best, "mb_per_s": size / wall / 1e6, "best_mb_per_s": size / best / 1e6, "peak_growth_bytes": statistics.median(growth),
-            "peak_growth_max_bytes": max(growth), "produced": good[0]["produced"], "runs": len(good)}
-
-
 def report(results: dict[str, dict[str, Any]], files: dict[str, dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -198,7 +180,7 @@ def report(results: dict[str, dict[str, Any]], files: dict[str, dict[str, Any]])
         console.print(f"\n[bold]{label}[/bold]: {info['path']}, {info['json_bytes'] / 1e6:,.1f} MB of JSON "
                       f"({info['disk_bytes'] / 1e6:,.1f} MB on disk), {info['events']:,} events")
         table = Table()
-        for header in ("method", "wall (s)", "best (s)", "MB/s", "best MB/s", "events/s", "peak growth (MiB)",
+        for header in ("method", "wall (s)", "best (s)", "MB/s", "MB/CPU s", "events/s", "peak growth (MiB)",
                        "x JSON size", "rows out"):
             table.add_column(header, justify="left" if header == "method" else "right")
         for method, figures in results[label].items():
@@ -207,7 +189,7 @@ def report(results: dict[str, dict[str, Any]], files: dict[str, dict[str, Any]])
                 continue
             growth = figures["peak_growth_bytes"]
             table.add_row(method, f"{figures['wall_s']:.2f}", f"{figures['best_wall_s']:.2f}",
-                          f"{figures['mb_per_s']:.1f}", f"{figures['best_mb_per_s']:.1f}",
+                          f"{figures['mb_per_s']:.1f}", f"{figures['mb_per_cpu_s']:.1f}",
                           f"{info['events'] / figures['wall_s']:,.0f}", f"{growth / 2**20:,.0f}",
                           f"{growth / info['json_bytes']:.1f}", f"{figures['produced']:,}")
         console.print(table)
@@ -221,6 +203,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hta-python", default=str(DEFAULT_HTA), help="interpreter with HTA installed")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where synthetic traces are kept")
+    parser.add_argument("--bomb", type=int, default=0, metavar="MB",
+                        help="also a gzip bomb: a small trace with this many MB of whitespace")
+    parser.add_argument("--no-shared", action="store_true", help="leave out the shared recorded trace")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "PATH", "SCRATCH"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -232,25 +218,34 @@ def main(argv: list[str] | None = None) -> int:
         child(method, Path(path), Path(scratch))
         return 0
     methods = available(args)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    synthetic = args.cache / f"synthetic-{args.events}.json"
+    if not synthetic.exists():
+        began = time.perf_counter()
+        write_synthetic(synthetic.with_suffix(".partial"), args.events)
+        synthetic.with_suffix(".partial").replace(synthetic)
+        print(f"wrote {synthetic} in {time.perf_counter() - began:.1f} s")
+    inputs = {} if args.no_shared else {"shared": (args.trace or largest_trace()).resolve()}
+    inputs["synthetic"] = synthetic
+    if args.bomb:
+        bomb = args.cache / f"bomb-{args.bomb}.json.gz"
+        if not bomb.exists():
+            write_bomb(bomb, args.bomb)
+        inputs["bomb"] = bomb
     with tempfile.TemporaryDirectory(prefix="dlprof-bench-import-") as work_dir:
         work = Path(work_dir)
-        synthetic = work / f"synthetic-{args.events}.json"
-        began = time.perf_counter()
-        write_synthetic(synthetic, args.events)
-        print(f"wrote {synthetic.name} in {time.perf_counter() - began:.1f} s")
-        real = (args.trace or largest_trace()).resolve()
         files: dict[str, dict[str, Any]] = {}
-        for label, path in (("shared", real), ("synthetic", synthetic)):
-            files[label] = {"path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name),
+        for label, path in inputs.items():
+            files[label] = {"path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
                             "json_bytes": json_bytes(path), "disk_bytes": path.stat().st_size}
         results: dict[str, dict[str, Any]] = {label: {} for label in files}
-        for label, path in (("shared", real), ("synthetic", synthetic)):
+        for label, path in inputs.items():
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
             for round_index in range(args.repeat):
                 # A rotated order each round, so that drift falls on every method alike.
                 order = list(methods)[round_index % len(methods):] + list(methods)[:round_index % len(methods)]
                 for method in order:
-                    runs[method].append(measure(methods[method], method, path, work))
+                    runs[method].append(measure_method(methods[method], method, path, work))
                     print(f"{label} {method} round {round_index + 1}: "
                           f"{runs[method][-1].get('wall_s', runs[method][-1].get('error'))}", flush=True)
             for method in methods:

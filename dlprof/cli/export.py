@@ -8,6 +8,7 @@ import click
 
 from dlprof.cli.common import UsageError, open_run, progress_bar, run_argument
 from dlprof.exporters.base import Exporter, ExportError
+from dlprof.exporters.chrome import ChromeExporter
 from dlprof.exporters.registry import (
     BY_FORMAT,
     FORMAT_NAMES,
@@ -29,7 +30,10 @@ Formats (and the extension that picks each when --format is left out):
 RUN is a run directory; by default the newest under ./dlprof-runs. With neither --format nor
 -o the format is {DEFAULT_FORMAT}. Without -o the trace goes into the run
 directory as trace.<ext>. A Chrome export of a run with several ranks writes one file per
-rank beside -o, NAME.rankN.json. The written paths are printed, one per line.
+rank beside -o, NAME.rankN.json (Holistic Trace Analysis reads a directory of them), or with
+--merged one file holding every rank. A Perfetto export is always one timeline of the whole
+job: a group of tracks per rank, every rank on rank 0's clock. The written paths are printed,
+one per line.
 
 \b
 Examples:
@@ -37,6 +41,7 @@ Examples:
   dlprof export RUN -o cnn.perfetto-trace        # native Perfetto; open in ui.perfetto.dev
   dlprof export RUN --format perfetto            # -> RUN/trace.perfetto-trace
   dlprof export RUN -o traces/train.json         # Kineto layout, for Holistic Trace Analysis
+  dlprof export RUN -o job.json --merged         # every rank in one Chrome trace
 """
 
 
@@ -46,9 +51,15 @@ Examples:
               default=None, help="Trace format (default: from -o's extension, else chrome).")
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="File to write (default: trace.<ext> inside the run directory).")
-def command(run: str | None, fmt: str | None, output: str | None) -> int:
+@click.option("--merged", is_flag=True, default=False,
+              help="Chrome: every rank in one file (default: one file per rank, as HTA reads them).")
+def command(run: str | None, fmt: str | None, output: str | None, merged: bool) -> int:
     loaded = open_run(run)
     exporter = _exporter(fmt, output)
+    if merged:
+        if not isinstance(exporter, ChromeExporter):
+            raise UsageError(f"--merged is for the chrome format ({exporter.format_name} writes one file already)")
+        exporter = ChromeExporter(merged=True)
     path = Path(output) if output else loaded.path / f"trace{exporter.file_extension}"
     try:
         with progress_bar() as progress:

@@ -26,6 +26,7 @@ from typing import IO, ClassVar
 from rich.progress import Progress, TaskID
 
 from dlprof.keys import StoreTable
+from dlprof.store import scan
 from dlprof.store.reader import Run
 
 # Rows turned into Python objects at a time: large enough that per-batch costs vanish, small
@@ -95,10 +96,10 @@ class Exporter(ABC):
         Raises:
             ExportError: the run holds no slices.
         """
-        slices = run.arrow(StoreTable.SLICES)
-        if slices.num_rows == 0:
+        # Counted from the files' footers: no table is read for it.
+        if scan.rows(run, StoreTable.SLICES) == 0:
             raise ExportError(f"{run.path}: the run holds no slices ({run.status}); nothing to export")
-        rows = sum(run.arrow(t).num_rows for t in (StoreTable.SLICES, StoreTable.COUNTERS, StoreTable.MEMORY))
+        rows = sum(scan.rows(run, t) for t in (StoreTable.SLICES, StoreTable.COUNTERS, StoreTable.MEMORY))
         ticker = Ticker(progress, f"{self.format_name}: {run.path.name}", rows)
         return self.write(run, Path(path), ticker)
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.keys import Kind, StoreTable
+from dlprof.store import scan
 from dlprof.store.reader import Run
 
 # The per-slice CPU counter metrics that become tracks.
@@ -55,33 +56,48 @@ def counter_rate_tracks(run: Run) -> list[RateTrack]:
         One track per (rank, pid, metric) for steps and one for regions where any was counted,
         sorted by rank, pid and name; empty for a run without CPU counter metrics.
     """
-    metrics = run.arrow(StoreTable.METRICS)
-    if metrics.num_rows == 0:
-        return []
-    names = metrics.column("metric").cast(pa.string())
-    wanted = pc.or_(*(pc.starts_with(names, prefix) for prefix in CPU_COUNTER_PREFIXES))
-    rows = pa.table({"slice_id": metrics.column("slice_id"), "metric": names,
-                     "value": metrics.column("value")}).filter(wanted)
-    if rows.num_rows == 0:
-        return []
-    slices = run.arrow(StoreTable.SLICES)
-    kinds = slices.column("kind").cast(pa.string())
-    timed = slices.filter(pc.is_in(kinds, pa.array([str(Kind.STEP), str(Kind.REGION)])))
-    timed = pa.table({"slice_id": timed.column("id"), "rank": timed.column("rank"),
-                      "pid": timed.column("pid"), "kind": timed.column("kind").cast(pa.string()),
-                      "start_ns": timed.column("start_ns"), "dur_ns": timed.column("dur_ns")})
-    joined = rows.join(timed, "slice_id", join_type="inner").sort_by(
-        [("rank", "ascending"), ("pid", "ascending"), ("kind", "ascending"),
-         ("metric", "ascending"), ("start_ns", "ascending")])
-    groups: dict[tuple[int, int, str, str], list[tuple[int, int, float]]] = {}
-    for row in joined.to_pylist():
-        key = (row["rank"], row["pid"], row["kind"], row["metric"])
-        groups.setdefault(key, []).append((row["start_ns"], row["dur_ns"], row["value"]))
     tracks = []
-    for (rank, pid, kind, metric), spans in groups.items():
-        name = metric + (REGION_SUFFIX if kind == Kind.REGION else "")
-        tracks.append(_track(RateTrack(rank, pid, name), _outermost(spans)))
+    for rank in scan.ranks(run, StoreTable.METRICS):
+        rows = _cpu_counter_rows(run, rank)
+        if rows.num_rows == 0:
+            continue
+        joined = rows.join(_timed_slices(run, rank), "slice_id", join_type="inner").sort_by(
+            [("pid", "ascending"), ("kind", "ascending"), ("metric", "ascending"), ("start_ns", "ascending")])
+        groups: dict[tuple[int, str, str], list[tuple[int, int, float]]] = {}
+        for row in joined.to_pylist():
+            groups.setdefault((row["pid"], row["kind"], row["metric"]), []).append(
+                (row["start_ns"], row["dur_ns"], row["value"]))
+        for (pid, kind, metric), spans in groups.items():
+            name = metric + (REGION_SUFFIX if kind == Kind.REGION else "")
+            tracks.append(_track(RateTrack(rank, pid, name), _outermost(spans)))
     return sorted(tracks, key=lambda t: (t.rank, t.pid, t.name))
+
+
+def _cpu_counter_rows(run: Run, rank: int) -> pa.Table:
+    """A rank's metrics rows of CPU counters (slice_id, metric, value)."""
+    parts = []
+    for batch in scan.scan(run, StoreTable.METRICS, rank, ["slice_id", "metric", "value"]):
+        names = batch.column(1).cast(pa.string())
+        wanted = pc.or_(*(pc.starts_with(names, prefix) for prefix in CPU_COUNTER_PREFIXES))
+        parts.append(pa.table({"slice_id": batch.column(0), "metric": names, "value": batch.column(2)})
+                     .filter(wanted))
+    return pa.concat_tables(parts) if parts else pa.table({"slice_id": pa.array([], pa.int64())})
+
+
+def _timed_slices(run: Run, rank: int) -> pa.Table:
+    """A rank's steps and regions: their id, pid, kind, start and duration."""
+    kinds = pa.array([str(Kind.STEP), str(Kind.REGION)])
+    parts = []
+    for batch in scan.scan(run, StoreTable.SLICES, rank, ["id", "pid", "kind", "start_ns", "dur_ns"]):
+        kind = batch.column(2).cast(pa.string())
+        parts.append(pa.table({"slice_id": batch.column(0), "pid": batch.column(1), "kind": kind,
+                               "start_ns": batch.column(3), "dur_ns": batch.column(4)})
+                     .filter(pc.fill_null(pc.is_in(kind, kinds), False)))
+    if not parts:
+        return pa.table({"slice_id": pa.array([], pa.int64()), "pid": pa.array([], pa.int64()),
+                         "kind": pa.array([], pa.string()), "start_ns": pa.array([], pa.int64()),
+                         "dur_ns": pa.array([], pa.int64())})
+    return pa.concat_tables(parts)
 
 
 def _outermost(spans: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:

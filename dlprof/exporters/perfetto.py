@@ -8,12 +8,16 @@ a few thousand at a time as fields of a ``Trace`` message, which is exactly the 
 
 Layout:
 
-* a process track per (rank, pid) and a thread track per CPU thread under it; a track per
-  device (``cuda:0``) holding one child track per stream;
+* one timeline for the whole job, every rank on rank 0's clock: a process track per (rank, pid)
+  and a thread track per CPU thread under it; a track per device (``cuda:0``), holding one child
+  track per stream, inside the rank's main process (its lowest pid), so that each rank is one
+  group of tracks;
 * slices as ``TYPE_SLICE_BEGIN``/``TYPE_SLICE_END`` pairs in depth-first order per track, so a
   slice ends before its next sibling begins; names, categories (Kineto's, as the Chrome
   exporter writes them) and argument names are interned on the one packet sequence;
 * flows from each runtime call to the device work it launched (by correlation id);
+* each rank's slices streamed from the store in its order, a row group at a time, after one
+  narrow scan found its tracks and flows (:mod:`dlprof.exporters.rank_scan`);
 * counter tracks for the counters table, and for the memory allocated (and reserved) per
   process and device;
 * a counter track per CPU counter metric and process, ``perf:task-clock`` (and
@@ -34,23 +38,16 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from dlprof.exporters.base import Exporter, Ticker, atomic_output
-from dlprof.exporters.chrome import SLICE_COLUMNS, kineto_category, program_name, slice_args
+from dlprof.exporters.chrome import program_name
 from dlprof.exporters.counter_rates import RATE_UNIT, RateTrack, counter_rate_tracks
-from dlprof.exporters.slice_walks import (
-    Flows,
-    flow_key,
-    launch_flows,
-    slices_of,
-    sorted_slice_batches,
-    table_batches,
-    unique_rows,
-)
+from dlprof.exporters.kineto_layout import SLICE_COLUMNS, kineto_category, slice_args
+from dlprof.exporters.rank_scan import Flows, RankIndex, distinct, rank_batches
+from dlprof.exporters.slice_walks import flow_key
 from dlprof.keys import StoreTable
+from dlprof.store import scan
 from dlprof.store.reader import Run
 
 _SEQUENCE_ID = 1  # one writer, so one trusted packet sequence carries every packet
@@ -73,18 +70,20 @@ class PerfettoExporter(Exporter):
     description = "native Perfetto protobuf trace (ui.perfetto.dev)"
 
     def write(self, run: Run, path: Path, ticker: Ticker) -> list[Path]:
-        slices = slices_of(run)
-        counters = run.arrow(StoreTable.COUNTERS)
-        memory = run.arrow(StoreTable.MEMORY)
+        ranks = scan.ranks(run, StoreTable.SLICES)
         rates = counter_rate_tracks(run)
-        tracks = _Tracks.of(run, slices, counters, memory, rates)
+        indexes = {rank: RankIndex.of(run, rank) for rank in ranks}
+        tracks = _Tracks.of(run, indexes, rates)
         with atomic_output(path) as file:
             packets = _PacketStream(file)
             tracks.describe(packets)
-            _declare_wall_clock(packets, pc.min(slices.column("start_ns")).as_py())
-            _write_slices(packets, slices, tracks, launch_flows(slices), ticker, self.batch_rows)
-            _write_counters(packets, counters, tracks, ticker, self.batch_rows)
-            _write_memory(packets, memory, tracks, ticker, self.batch_rows)
+            _declare_wall_clock(packets, scan.column_min(run, StoreTable.SLICES, "start_ns") or 0)
+            for rank, index in indexes.items():
+                _write_slices(packets, run, rank, tracks, index.flows, ticker, self.batch_rows)
+            for rank in scan.ranks(run, StoreTable.COUNTERS):
+                _write_counters(packets, run, rank, tracks, ticker, self.batch_rows)
+            for rank in scan.ranks(run, StoreTable.MEMORY):
+                _write_memory(packets, run, rank, tracks, ticker, self.batch_rows)
             for rate in rates:
                 uuid = tracks.counters[(rate.rank, rate.pid, "cpu", rate.name)]
                 for ts, value in zip(rate.ts_ns, rate.values, strict=True):
@@ -126,22 +125,26 @@ class _PacketStream:
             self._file.write(self._trace.SerializeToString())
             self._trace = pb.Trace()
 
+    # Each looks its table up first: a name is interned once and then used millions of times.
     def name_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._names, name, packet.interned_data.event_names.add)
+        iid = self._names.get(name)
+        return iid if iid is not None else _intern(self._names, name, packet.interned_data.event_names.add)
 
     def category_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._categories, name, packet.interned_data.event_categories.add)
+        iid = self._categories.get(name)
+        return iid if iid is not None else _intern(
+            self._categories, name, packet.interned_data.event_categories.add)
 
     def arg_name_iid(self, packet: pb.TracePacket, name: str) -> int:
-        return _intern(self._arg_names, name, packet.interned_data.debug_annotation_names.add)
+        iid = self._arg_names.get(name)
+        return iid if iid is not None else _intern(
+            self._arg_names, name, packet.interned_data.debug_annotation_names.add)
 
 
 def _intern(table: dict[str, int], name: str, add: Callable[..., Any]) -> int:
-    """The iid of ``name``; the first use also defines it in the packet that uses it."""
-    iid = table.get(name)
-    if iid is None:
-        iid = table[name] = len(table) + 1
-        add(iid=iid, name=name)
+    """A new iid for ``name``, defined in the packet that first uses it."""
+    iid = table[name] = len(table) + 1
+    add(iid=iid, name=name)
     return iid
 
 
@@ -168,6 +171,9 @@ class _Tracks:
 
     program: str
     many_ranks: bool
+    # Each rank's main process (its lowest CPU pid): its devices are drawn inside it, so that a
+    # rank's threads, streams and counters make one group in the timeline.
+    main_pids: dict[int, int] = field(default_factory=dict)
     processes: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, pid)
     threads: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (rank, pid, tid)
     devices: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, device)
@@ -179,24 +185,29 @@ class _Tracks:
     _tids: _Ids = field(default_factory=_Ids)
 
     @classmethod
-    def of(cls, run: Run, slices: pa.Table, counters: pa.Table, memory: pa.Table,
-           rates: list[RateTrack]) -> _Tracks:
-        ranks = set(pc.unique(slices.column("rank")).to_pylist()) | set(run.manifest.ranks)
+    def of(cls, run: Run, indexes: dict[int, RankIndex], rates: list[RateTrack]) -> _Tracks:
+        ranks = set(indexes) | set(run.manifest.ranks)
         tracks = cls(program=program_name(run), many_ranks=len(ranks) > 1)
-        for row in unique_rows(slices, ["rank", "pid", "device", "tid"]):
-            if row["device"] == "cpu":
-                tracks.thread(row["rank"], row["pid"], row["tid"])
-            else:
-                tracks.stream(row["rank"], row["pid"], row["device"], row["tid"])
-        for row in unique_rows(counters, ["rank", "pid", "device", "track", "unit"]):
-            tracks.counter(row["rank"], row["pid"], row["device"] or "cpu", row["track"],
-                           row["unit"] or "")
-        reserved = pc.max(memory.column("total_reserved")).as_py() if memory.num_rows else 0
-        for row in unique_rows(memory, ["rank", "pid", "device"]):
-            where = (row["rank"], row["pid"])
-            tracks.counter(*where, "cpu", f"memory.allocated ({row['device']})", "bytes")
-            if reserved:
-                tracks.counter(*where, "cpu", f"memory.reserved ({row['device']})", "bytes")
+        for rank, index in indexes.items():
+            cpu_pids = [pid for pid, device, _ in index.tracks if device == "cpu"]
+            tracks.main_pids[rank] = min(cpu_pids) if cpu_pids else 0
+        for rank, index in indexes.items():
+            for pid, device, tid in index.tracks:
+                if device == "cpu":
+                    tracks.thread(rank, pid, tid)
+                else:
+                    tracks.stream(rank, pid, device, tid)
+        for rank in scan.ranks(run, StoreTable.COUNTERS):
+            for row in distinct(run, StoreTable.COUNTERS, rank, ["pid", "device", "track", "unit"]):
+                tracks.counter(rank, row["pid"], row["device"] or "cpu", row["track"], row["unit"] or "")
+        for rank in scan.ranks(run, StoreTable.MEMORY):
+            reserved = any(row["total_reserved"] for row in
+                           distinct(run, StoreTable.MEMORY, rank, ["total_reserved"]))
+            for row in distinct(run, StoreTable.MEMORY, rank, ["pid", "device"]):
+                where = (rank, row["pid"])
+                tracks.counter(*where, "cpu", f"memory.allocated ({row['device']})", "bytes")
+                if reserved:
+                    tracks.counter(*where, "cpu", f"memory.reserved ({row['device']})", "bytes")
         for rate in rates:
             tracks.counter(rate.rank, rate.pid, "cpu", rate.name, RATE_UNIT)
         return tracks
@@ -229,8 +240,9 @@ class _Tracks:
         uuid = self.devices.get((rank, device))
         if uuid is None:
             name = f"{device} (rank {rank})" if self.many_ranks else device
+            parent = self.process(rank, self.main_pids.get(rank, 0))
             uuid = self.devices[(rank, device)] = self._add(pb.TrackDescriptor(
-                name=name, child_ordering=pb.TrackDescriptor.EXPLICIT))
+                parent_uuid=parent, name=name, child_ordering=pb.TrackDescriptor.EXPLICIT))
         return uuid
 
     def stream(self, rank: int, pid: int, device: str, tid: int) -> int:
@@ -297,30 +309,29 @@ def _declare_wall_clock(packets: _PacketStream, timestamp: int) -> None:
         snapshot.clocks.add(clock_id=clock, timestamp=timestamp)
 
 
-def _write_slices(packets: _PacketStream, slices: pa.Table, tracks: _Tracks, flows: Flows,
+def _write_slices(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, flows: Flows,
                   ticker: Ticker, batch_rows: int) -> None:
     """Each track's slices depth-first: a slice's end before its next sibling's begin."""
-    columns = [*SLICE_COLUMNS, "rank"]
     categories: dict[tuple[str, str | None], str] = {}
-    track = 0
-    open_ends: list[int] = []  # end times of the slices open on ``track``, innermost last
+    # Per thread track, the end times of its open slices, innermost last: the store's windows
+    # give a track's slices window after window, other tracks' between them.
+    open_ends: dict[int, list[int]] = {}
     lane_ends: dict[int, list[int]] = {}  # per stream: when each of its lanes is free again
-    for batch in sorted_slice_batches(slices, columns, batch_rows):
+    for batch in rank_batches(run, StoreTable.SLICES, rank, SLICE_COLUMNS, batch_rows):
         args = slice_args(batch)
-        for i, slice_id in enumerate(batch["id"]):
-            rank, pid, tid, device = batch["rank"][i], batch["pid"][i], batch["tid"][i], batch["device"][i]
+        sources, targets = flows.marks(batch["id"])
+        for i, name in enumerate(batch["name"]):
+            pid, tid, device = batch["pid"][i], batch["tid"][i], batch["device"][i]
             start = batch["start_ns"][i]
             end = start + batch["dur_ns"][i]
             if device == "cpu":
                 uuid = tracks.threads[(rank, pid, tid)]
-                if uuid != track:
-                    _close(packets, track, open_ends, None)
-                    track = uuid
-                _close(packets, track, open_ends, start)
+                stack = open_ends.setdefault(uuid, [])
+                _close(packets, uuid, stack, start)
                 # The store clips children to their parent; clip here too so that an unnested
                 # store (an old or foreign run) still gives well-formed begin/end pairs.
-                if open_ends:
-                    end = min(end, open_ends[-1])
+                if stack:
+                    end = min(end, stack[-1])
             else:
                 # Work on a stream never nests: it ends before the next begins on its lane.
                 stream = tracks.streams[(rank, pid, device, tid)]
@@ -334,23 +345,26 @@ def _write_slices(packets: _PacketStream, slices: pa.Table, tracks: _Tracks, flo
             event = packet.track_event
             event.type = _BEGIN
             event.track_uuid = uuid
-            event.name_iid = packets.name_iid(packet, batch["name"][i])
+            event.name_iid = packets.name_iid(packet, name)
             key = (batch["kind"][i], batch["category"][i])
             category = categories.get(key) or categories.setdefault(key, kineto_category(*key))
             event.category_iids.append(packets.category_iid(packet, category))
-            for name, value in args[i].items():
-                _annotate(event.debug_annotations.add(), packets.arg_name_iid(packet, name), value)
-            if slice_id in flows.sources:
+            if args[i]:
+                add = event.debug_annotations.add
+                for arg, value in args[i].items():
+                    _annotate(add(), packets.arg_name_iid(packet, arg), value)
+            if sources[i]:
                 # +1: a flow id of 0 would read as "no flow".
                 event.flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
-            elif slice_id in flows.targets:
+            elif targets[i]:
                 event.terminating_flow_ids.append(flow_key(rank, batch["correlation_id"][i]) + 1)
             if device == "cpu":
-                open_ends.append(end)
+                stack.append(end)
             else:
                 _close(packets, uuid, [end], None)
         ticker.advance(len(batch["id"]))
-    _close(packets, track, open_ends, None)
+    for uuid, stack in open_ends.items():
+        _close(packets, uuid, stack, None)
 
 
 def _close(packets: _PacketStream, track: int, open_ends: list[int], until: int | None) -> None:
@@ -363,34 +377,37 @@ def _close(packets: _PacketStream, track: int, open_ends: list[int], until: int 
 
 def _annotate(annotation: pb.DebugAnnotation, name_iid: int, value: Any) -> None:
     annotation.name_iid = name_iid
-    if isinstance(value, bool):
-        annotation.bool_value = value
-    elif isinstance(value, int) and value in _INT64:
+    kind = type(value)  # exact types, most frequent first (bool is a subclass of int)
+    if kind is int and value in _INT64:
         annotation.int_value = value
-    elif isinstance(value, float):
+    elif kind is float:
         annotation.double_value = value
-    elif isinstance(value, str):
+    elif kind is str:
         annotation.string_value = value
+    elif kind is bool:
+        annotation.bool_value = value
     else:  # shapes, grids, a foreign trace's nested arguments
         annotation.legacy_json_value = orjson.dumps(value).decode()
 
 
-def _write_counters(packets: _PacketStream, counters: pa.Table, tracks: _Tracks,
-                    ticker: Ticker, batch_rows: int) -> None:
-    for batch in table_batches(counters, batch_rows):
-        for rank, pid, device, track, ts, value in zip(batch["rank"], batch["pid"], batch["device"],
-                                                       batch["track"], batch["ts_ns"], batch["value"], strict=True):
+def _write_counters(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, ticker: Ticker,
+                    batch_rows: int) -> None:
+    columns = ["pid", "device", "track", "ts_ns", "value"]
+    for batch in rank_batches(run, StoreTable.COUNTERS, rank, columns, batch_rows):
+        for pid, device, track, ts, value in zip(batch["pid"], batch["device"], batch["track"],
+                                                 batch["ts_ns"], batch["value"], strict=True):
             if value is not None:
                 _count(packets, tracks.counters[(rank, pid, device or "cpu", track)], ts, value)
         ticker.advance(len(batch["ts_ns"]))
 
 
-def _write_memory(packets: _PacketStream, memory: pa.Table, tracks: _Tracks, ticker: Ticker,
+def _write_memory(packets: _PacketStream, run: Run, rank: int, tracks: _Tracks, ticker: Ticker,
                   batch_rows: int) -> None:
     """The memory table as the running totals it carries, per process and device."""
-    for batch in table_batches(memory, batch_rows):
+    columns = ["pid", "device", "ts_ns", "total_allocated", "total_reserved"]
+    for batch in rank_batches(run, StoreTable.MEMORY, rank, columns, batch_rows):
         for i, device in enumerate(batch["device"]):
-            where = (batch["rank"][i], batch["pid"][i], "cpu")
+            where = (rank, batch["pid"][i], "cpu")
             for total in ("allocated", "reserved"):
                 uuid = tracks.counters.get((*where, f"memory.{total} ({device})"))
                 value = batch[f"total_{total}"][i]

@@ -1,4 +1,4 @@
-"""Walks over a run's slices that several exporters share: sorted batches, unique rows, flows.
+"""Walks over a run's slices that several exporters share: sorted batches, unique rows, flow ids.
 
 Rows are turned into Python values a batch at a time (see :data:`dlprof.exporters.base.BATCH_ROWS`),
 so a run of millions of slices never sits in memory as Python objects all at once.
@@ -6,11 +6,10 @@ so a run of millions of slices never sits in memory as Python objects all at onc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +37,7 @@ def slices_of(run: Run) -> pa.Table:
     return slices.set_column(slices.schema.get_field_index("device"), "device", device)
 
 
+@functools.cache  # a run names a handful of devices, its rows name them millions of times
 def device_index(device: str) -> int:
     """The index of a device.
 
@@ -80,7 +80,8 @@ def sorted_slice_batches(
         }
     )
     order = pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in keys.column_names])
-    wanted = slices.select(columns)
+    # One chunk: a take from a table of many chunks pays for every chunk, batch after batch.
+    wanted = slices.select(columns).combine_chunks()
     for offset in range(0, len(order), batch_rows):
         batch = wanted.take(order[offset : offset + batch_rows])
         yield {name: python_values(batch.column(name)) for name in columns}
@@ -136,14 +137,6 @@ def python_values(column: pa.ChunkedArray) -> list[Any]:
     return column.to_pylist()  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class Flows:
-    """Which slices start and which end a launch flow (runtime call → device work)."""
-
-    sources: frozenset[int]  # ids of CPU-side slices (runtime calls) that start a flow
-    targets: frozenset[int]  # ids of device slices (kernel, memcpy, memset) that end one
-
-
 def flow_key(rank: int, correlation: int) -> int:
     """One number for a (rank, correlation id) pair, unique across the ranks of a run.
 
@@ -155,40 +148,3 @@ def flow_key(rank: int, correlation: int) -> int:
         The rank above bit 40, the correlation id below it.
     """
     return (rank << _CORRELATION_BITS) | (correlation & ((1 << _CORRELATION_BITS) - 1))
-
-
-def launch_flows(slices: pa.Table) -> Flows:
-    """Pair each device slice with the CPU slice that launched it, by correlation id.
-
-    A flow is drawn only where both ends exist; where several slices of one side share a
-    correlation id (a retried launch, a driver call under a runtime call), the earliest is used.
-
-    Args:
-        slices: the slices table (with its ``rank`` column).
-
-    Returns:
-        The ids of the slices that start and that end a flow.
-    """
-    correlated = slices.filter(pc.is_valid(slices.column("correlation_id")))
-    if correlated.num_rows == 0:
-        return Flows(frozenset(), frozenset())
-    on_cpu = pc.equal(correlated.column("device").cast(pa.string()), "cpu")
-    source_keys, source_ids = _earliest_per_key(correlated.filter(on_cpu))
-    target_keys, target_ids = _earliest_per_key(correlated.filter(pc.invert(on_cpu)))
-    both = np.intersect1d(source_keys, target_keys)
-    return Flows(
-        sources=frozenset(source_ids[np.isin(source_keys, both)].tolist()),
-        targets=frozenset(target_ids[np.isin(target_keys, both)].tolist()),
-    )
-
-
-def _earliest_per_key(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Unique (rank, correlation) keys, and the id of the earliest slice holding each."""
-    rank = table.column("rank").to_numpy().astype(np.int64)
-    correlation = table.column("correlation_id").to_numpy()
-    keys = (rank << _CORRELATION_BITS) | (correlation & ((1 << _CORRELATION_BITS) - 1))
-    start = table.column("start_ns").to_numpy()
-    ids = table.column("id").to_numpy()
-    order = np.lexsort((start, keys))
-    unique_keys, first = np.unique(keys[order], return_index=True)
-    return unique_keys, ids[order][first]

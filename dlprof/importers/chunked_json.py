@@ -1,191 +1,305 @@
-"""A Chrome trace's events in chunks, so a large trace never sits in memory as one object tree.
+"""A Chrome trace's events in pieces read from a stream, so no trace sits in memory whole.
 
-Kineto (and most Chrome trace writers) put one event per line. The events array is cut at
-newlines every ``chunk_bytes`` and each piece parsed on its own; a piece that does not parse
-(an event spread over several lines, or the array's end) grows to the next newline until it
-does. A trace written on one line is parsed whole: correct, just not bounded.
+The stream (a file, a gzip stream, bytes) is read a block at a time. The events array is cut at
+event boundaries, as the file's layout shows them, into pieces of about ``chunk_bytes``; each
+piece goes to a parser, which returns None when the piece does not end at an event's end (the
+layout guessed wrong): the piece then grows until it parses. Memory follows the piece, never the
+file: whitespace between events is dropped as it is read, blank lines and long runs of
+indentation inside an event are squeezed out, and an event that is still longer than
+``MAX_EVENT_BYTES`` is an error, not a reason to read the rest of the file into memory.
 
-    trace = ChunkedTrace(raw)
-    for events in trace.chunks():
+Layouts (:class:`Layout`): Kineto's (a field per line, each event closed by ``}`` at its ``{``'s
+indentation), one event per line (torch's Python writer, dlprof's export), and everything on one
+line (``json.dumps``), cut between ``}`` and ``{``::
+
+    trace = ChunkedTrace(gzip.open(path))
+    for events in trace.chunks():          # lists of dicts, parsed with orjson
         ...
-    trace.header  # every top-level key but traceEvents, known once chunks() is exhausted
+    trace.header  # every top-level key but traceEvents, known once the pieces are exhausted
 """
 
 from __future__ import annotations
 
+import gc
+import gzip
+import io
 import re
-from collections.abc import Iterator
-from typing import Any
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any, TypeVar, cast
 
 import orjson
 
-from dlprof.importers.kineto import gc_paused
-
-# Small pieces keep the parsed objects few; past ~1 MB larger pieces parse no faster.
-CHUNK_BYTES = 1 << 20
+# Decompressed bytes read at a time, and the size pieces are cut at: large enough that the
+# fixed cost of a piece (a query, a few hundred Arrow calls, a chunk file) vanishes.
+CHUNK_BYTES = 16 << 20
+# The longest event (or header) read into memory, after blank lines are squeezed out.
+MAX_EVENT_BYTES = 64 << 20
+# A buffer longer than this (and so than any piece) is squeezed of blank lines as it grows.
+_SQUEEZE_BYTES = 2 * CHUNK_BYTES
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # The first line that is only the events array's closing bracket (Kineto: "]," or "]}").
-_CLOSING_LINE = re.compile(rb"\n[ \t]*(\])")
+_CLOSING_LINE = re.compile(rb"(?:^|\n)[ \t]*(\])")
+_SPACE = b" \t\r\n"
+_GZIP_MAGIC = b"\x1f\x8b"
+_BLANK_LINES = re.compile(rb"\n[ \t\r\n]*\n")
+_LONG_INDENT = re.compile(rb"\n[ \t\r]{256,}")
+_COMMA = re.compile(rb"[ \t\r\n]*,")
+_BRACKET = re.compile(rb"\]")
+
+Parsed = TypeVar("Parsed")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while building many objects that form no cycles.
+
+    Parsing a trace allocates hundreds of thousands of dicts; in a process that already tracks
+    many objects (a training program), each of them brings a full collection nearer, and the
+    collections cost several times the parse itself.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextmanager
+def open_stream(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """A file's bytes as a stream, decompressed a block at a time when it is gzip.
+
+    Yields:
+        (the decompressed stream, the file itself: its position is the progress made).
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    with path.open("rb") as file:
+        gzipped = file.read(2) == _GZIP_MAGIC
+        file.seek(0)
+        yield (cast(IO[bytes], gzip.GzipFile(fileobj=file, mode="rb")) if gzipped else file), file
 
 
 class TraceFormatError(ValueError):
     """The bytes are not a Chrome trace (JSON object with traceEvents, or a bare event array)."""
 
 
+class Layout(Enum):
+    """How events follow one another in a file."""
+
+    LINES = "lines"  # one event per line
+    BLOCKS = "blocks"  # Kineto's: a field per line, the event closed by "}" at its indentation
+    INLINE = "inline"  # no newline between events
+
+
 class ChunkedTrace:
     """Iterates a Chrome trace's events in pieces of about ``chunk_bytes``."""
 
-    def __init__(self, raw: bytes, chunk_bytes: int = CHUNK_BYTES) -> None:
-        self._raw = raw
+    def __init__(self, source: bytes | IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> None:
+        """Args:
+        source: the trace's bytes, or a binary stream of them (already decompressed).
+        chunk_bytes: bytes read at a time and the size pieces are cut at.
+        """
+        self._source: IO[bytes] = io.BytesIO(source) if isinstance(source, bytes) else source
         self._chunk_bytes = chunk_bytes
+        self._eof = False
         self.header: dict[str, Any] = {}
-        self.consumed = 0  # bytes of the events array parsed so far, for a progress bar
-        self.total = len(raw)
+        self.layout = Layout.LINES
+        self.indent = b""  # the events' indentation in the BLOCKS layout
+        self.consumed = 0  # decompressed bytes read so far
 
     def chunks(self) -> Iterator[list[dict[str, Any]]]:
-        """The events, a list per piece; fills :attr:`header` when done."""
-        raw = self._raw
-        start = raw[:64].lstrip()
-        if start.startswith(b"["):  # the bare-array form
-            yield from self._array(raw.index(b"[") + 1, header_prefix=None)
+        """The events, a list per piece, parsed with orjson; fills :attr:`header` when done."""
+        return self.pieces(parse_events)
+
+    def pieces(self, parse: Callable[[bytes], Parsed | None]) -> Iterator[Parsed]:
+        """Each piece of events as ``parse`` makes it.
+
+        Args:
+            parse: called with a piece (events separated as in the file, without the array's
+                brackets); returns None if the piece does not hold whole events.
+
+        Raises:
+            TraceFormatError: not a Chrome trace, truncated, or an event too long.
+        """
+        buffer = self._read_until(lambda data: bool(data.lstrip(_SPACE)), b"")
+        buffer = buffer.lstrip(_SPACE)
+        if buffer[:1] == b"[":  # the bare-array form
+            yield from self._events(buffer[1:], parse, header_prefix=None)
             return
-        if not start.startswith(b"{"):
+        if buffer[:1] != b"{":
             raise TraceFormatError("not JSON: a Chrome trace starts with { or [")
-        match = _EVENTS_KEY.search(raw)
+        buffer = self._read_until(lambda data: _EVENTS_KEY.search(data) is not None, buffer)
+        match = _EVENTS_KEY.search(buffer)
         if match is None:  # an object without events: an empty trace, or not a trace at all
-            self.header = _parse_object(raw)
+            self.header = _parse_object(buffer)
             if "traceEvents" not in self.header:
                 raise TraceFormatError("not a Chrome trace: no traceEvents")
             self.header.pop("traceEvents")
             return
-        yield from self._array(match.end(), header_prefix=raw[: match.start()])
+        yield from self._events(buffer[match.end():], parse, header_prefix=buffer[: match.start()])
 
-    def _array(self, position: int, header_prefix: bytes | None) -> Iterator[list[dict[str, Any]]]:
-        raw = self._raw
-        size = len(raw)
-        event_end = _event_boundary(raw, position)
+    # --- reading -----------------------------------------------------------------------------
+
+    def _read(self) -> bytes:
+        if self._eof:
+            return b""
+        try:
+            block = self._source.read(self._chunk_bytes)
+        except (EOFError, OSError, zlib.error) as error:
+            raise TraceFormatError(f"damaged or truncated gzip file ({error})") from None
+        if not block:
+            self._eof = True
+        self.consumed += len(block)
+        return block
+
+    def _read_until(self, done: Callable[[bytes], bool], buffer: bytes) -> bytes:
+        """Read blocks onto ``buffer`` until ``done(buffer)`` or the end, squeezing as it grows."""
+        while not done(buffer) and not self._eof:
+            block = self._read()
+            buffer = buffer + block if buffer.strip(_SPACE) else block.lstrip(_SPACE)
+            buffer = _bounded(buffer, self.consumed)
+        return buffer
+
+    # --- the events array --------------------------------------------------------------------
+
+    def _events(self, buffer: bytes, parse: Callable[[bytes], Parsed | None],
+                header_prefix: bytes | None) -> Iterator[Parsed]:
+        buffer = self._read_until(
+            lambda data: b"\n" in data.lstrip(_SPACE + b",") or len(data) >= self._chunk_bytes, buffer)
+        self._detect_layout(buffer)
+        grown = 0  # a piece this long did not parse: cut further on
         while True:
-            position = _skip_space_and_commas(raw, position)
-            if position >= size:
-                raise TraceFormatError("truncated: the events array never ends")
-            if raw[position : position + 1] == b"]":
-                self._finish(position + 1, header_prefix)
+            buffer = buffer.lstrip(_SPACE + b",")
+            if buffer[:1] == b"]":
+                self._finish(buffer[1:], header_prefix)
                 return
-            cut = _next_cut(raw, position + self._chunk_bytes, event_end)
-            while True:
-                piece = raw[position:cut].rstrip()
-                events, consumed = _parse_events(piece)
-                if events is not None:
-                    break
-                if cut >= size:
-                    # Not one event per line: fall back to parsing the document whole.
-                    yield from self._whole(header_prefix)
-                    return
-                next_cut = raw.find(b"\n", cut + 1)
-                cut = size if next_cut < 0 else next_cut
-            position += consumed
-            self.consumed = position
-            if events:
-                yield events
+            cut = self._last_boundary(buffer)
+            if cut > grown:
+                piece = buffer[:cut].rstrip(_SPACE)
+                parsed = parse(piece)
+                if parsed is not None:
+                    yield parsed
+                    buffer, grown = buffer[cut:], 0
+                    continue
+                closed = self._before_closing(piece, parse)
+                if closed is not None:
+                    end, parsed = closed
+                    yield parsed
+                    buffer, grown = buffer[end:], 0
+                    continue
+                grown = cut
+            if self._eof:
+                closed = self._before_closing(buffer, parse)
+                if closed is None:
+                    raise TraceFormatError("truncated: the events array never ends")
+                end, parsed = closed
+                yield parsed
+                buffer, grown = buffer[end:], 0
+                continue
+            buffer = _bounded(buffer + self._read(), self.consumed)
 
-    def _whole(self, header_prefix: bytes | None) -> Iterator[list[dict[str, Any]]]:
-        with gc_paused():
-            try:
-                value = orjson.loads(self._raw)
-            except orjson.JSONDecodeError as error:
-                raise TraceFormatError(f"truncated or malformed JSON ({error})") from None
-        if header_prefix is None:
-            if not isinstance(value, list):
-                raise TraceFormatError("not a Chrome trace: expected an array of events")
-            events = value
+    def _detect_layout(self, events: bytes) -> None:
+        """Decide how events end, from the first event's first line."""
+        opening = events.find(b"{")
+        line_end = events.find(b"\n", opening) if opening >= 0 else -1
+        if opening < 0 or line_end < 0:
+            self.layout = Layout.INLINE
+            return
+        first_line = events[opening:line_end].rstrip(b" \t\r,")
+        if first_line.endswith(b"}"):
+            self.layout = Layout.LINES
+            return
+        self.layout = Layout.BLOCKS
+        self.indent = events[events.rfind(b"\n", 0, opening) + 1 : opening]
+
+    def _last_boundary(self, buffer: bytes) -> int:
+        """The end of the last whole event in ``buffer`` as the layout shows it, or 0."""
+        if self.layout is Layout.LINES:
+            return max(buffer.rfind(b"\n"), 0)
+        if self.layout is Layout.BLOCKS:
+            closing = b"\n" + self.indent + b"}"
+            at = len(buffer)
+            while (at := buffer.rfind(closing, 0, at)) >= 0:
+                end = at + len(closing)
+                line_end = buffer.find(b"\n", end)
+                if line_end >= 0 and not buffer[end:line_end].strip(b" \t\r,"):
+                    return end
+            return 0
+        at = len(buffer)
+        while (at := buffer.rfind(b"}", 0, at)) >= 0:
+            if _COMMA.match(buffer, at + 1):
+                return at + 1
+        return 0
+
+    def _before_closing(self, piece: bytes, parse: Callable[[bytes], Parsed | None]) -> tuple[int, Parsed] | None:
+        """The events before the array's closing bracket, where ``piece`` holds it.
+
+        A line that starts with ``]`` may also close an array inside a multi-line event, so each
+        is tried in turn (on one line, each ``]`` from the last).
+        """
+        if self.layout is Layout.INLINE:
+            # Any "]" may close the array; the last one that leaves whole events before it does.
+            candidates = [m.start() for m in _BRACKET.finditer(piece)][::-1]
         else:
-            if not isinstance(value, dict):
-                raise TraceFormatError("not a Chrome trace: the top level is not an object")
-            events = value.pop("traceEvents", [])
-            self.header = value
-        self.consumed = self.total
-        if events:
-            yield events
+            candidates = [m.start(1) for m in _CLOSING_LINE.finditer(piece)]
+        for end in candidates:
+            head = piece[:end].rstrip(_SPACE + b",")
+            if not head.strip(_SPACE):
+                continue
+            parsed = parse(head)
+            if parsed is not None:
+                return end, parsed
+        return None
 
-    def _finish(self, after_array: int, header_prefix: bytes | None) -> None:
-        self.consumed = self.total
+    def _finish(self, after_array: bytes, header_prefix: bytes | None) -> None:
+        """Read the rest of the file: the header's keys that follow the events."""
+        rest = self._read_until(lambda _: False, after_array)
         if header_prefix is None:
             return
-        rest = self._raw[after_array:]
         self.header = _parse_object(header_prefix + b'"traceEvents": []' + rest)
         self.header.pop("traceEvents")
 
 
-def _event_boundary(raw: bytes, array_start: int) -> re.Pattern[bytes] | None:
-    """How events end in this file: None when one event is one line (any newline will do), else
-    the line that closes an event (torch writes one field per line, each event closed by ``}``
-    at the indentation its ``{`` had)."""
-    opening = raw.find(b"{", array_start)
-    if opening < 0:
-        return None
-    line_start = raw.rfind(b"\n", 0, opening) + 1
-    line_end = raw.find(b"\n", opening)
-    first_line = raw[opening : line_end if line_end >= 0 else len(raw)].rstrip(b" \t\r,")
-    if first_line.endswith(b"}"):
-        return None
-    indent = re.escape(raw[line_start:opening])
-    return re.compile(rb"\n" + indent + rb"\},?[ \t\r]*(?=\n)")
+def _bounded(buffer: bytes, position: int) -> bytes:
+    """``buffer`` squeezed of blank lines and long indentation once it is longer than a piece.
 
+    A raw newline is never inside a JSON string, so what follows one up to the next
+    non-whitespace character is whitespace between tokens, which a parser skips anyway.
 
-def _next_cut(raw: bytes, start: int, event_end: re.Pattern[bytes] | None) -> int:
-    """Where to end the next piece: at an event's end at or after ``start`` (or the file's end)."""
-    if start >= len(raw):
-        return len(raw)
-    if event_end is None:
-        cut = raw.find(b"\n", start)
-        return len(raw) if cut < 0 else cut
-    found = event_end.search(raw, start)
-    return len(raw) if found is None else found.end()
-
-
-def _skip_space_and_commas(raw: bytes, position: int) -> int:
-    size = len(raw)
-    while position < size and raw[position] in b" \t\r\n,":
-        position += 1
-    return position
-
-
-def _parse_events(piece: bytes) -> tuple[list[dict[str, Any]] | None, int]:
-    """Parse a run of events, or the run before the array's closing bracket.
-
-    Returns:
-        The events and how many bytes of ``piece`` they used, or (None, 0) if the piece ends in
-        the middle of an event.
+    Raises:
+        TraceFormatError: still longer than :data:`MAX_EVENT_BYTES`.
     """
-    body = piece.rstrip(b", \t\r\n")
+    if len(buffer) <= _SQUEEZE_BYTES:
+        return buffer
+    buffer = _LONG_INDENT.sub(b"\n ", _BLANK_LINES.sub(b"\n", buffer))
+    if len(buffer) > MAX_EVENT_BYTES:
+        raise TraceFormatError(
+            f"an event (or header) longer than {MAX_EVENT_BYTES >> 20} MB before byte {position}")
+    return buffer
+
+
+def parse_events(piece: bytes) -> list[dict[str, Any]] | None:
+    """A piece of events parsed with orjson, or None if it does not hold whole events."""
     with gc_paused():
         try:
-            parsed = orjson.loads(b"[" + body + b"]")
+            parsed = orjson.loads(b"[" + piece.strip(_SPACE + b",") + b"]")
         except orjson.JSONDecodeError:
-            parsed = None
-    if isinstance(parsed, list):
-        return parsed, len(body)
-    # The array may end inside this piece, at a line that starts with "]" (Kineto writes
-    # "]," + the remaining keys); a nested array inside a multi-line event can too, so each
-    # such line is tried in turn.
-    for closing in _CLOSING_LINE.finditer(body):
-        end = closing.start(1)
-        head = body[:end].rstrip(b", \t\r\n")
-        try:
-            with gc_paused():
-                parsed = orjson.loads(b"[" + head + b"]")
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(parsed, list):
-            return parsed, end
-    return None, 0
+            return None
+    return parsed if isinstance(parsed, list) else None
 
 
 def _parse_object(raw: bytes) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise TraceFormatError(f"not valid JSON ({error})") from None
+        raise TraceFormatError(f"truncated or malformed JSON ({error})") from None
     if not isinstance(value, dict):
         raise TraceFormatError("not a Chrome trace: the top level is not an object")
     return value

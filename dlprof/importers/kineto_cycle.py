@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
+from dlprof.importers.kineto import KinetoOptions, convert_file
 from dlprof.keys import StoreTable
 from dlprof.store.ids import SLOT_KINETO, id_base
 
@@ -50,14 +50,13 @@ def convert_cycle(job: CycleJob) -> tuple[dict[StoreTable, list[pa.Table]], dict
         The rows per table, and what the collector keeps of the conversion (the clock mapping
         and the devices the trace describes).
     """
-    trace = read_trace(job.trace)
     options = KinetoOptions(
         id_base=id_base(job.rank, SLOT_KINETO) + (job.cycle << CYCLE_ID_BITS),
         drop_steps=True,
         device_pid=job.pid,
         marker_window_ns=job.marker_window_ns,
     )
-    tables = convert_trace(trace, options)
+    tables = convert_file(job.trace, options)  # the file streamed: no dict per event
     rows = {
         StoreTable.SLICES: [tables.slices],
         StoreTable.MEMORY: [tables.memory],

@@ -7,16 +7,16 @@ else their order on the command line). Chrome traces are read in chunks (see
 :mod:`dlprof.importers.chunked_json`) and translated by :mod:`dlprof.importers.kineto`, which
 keeps every category it does not know as a kind of its own; torch's raw memory timelines go to
 the memory table; TensorFlow's and JAX's profiles (``.xplane.pb``) go through
-:mod:`dlprof.importers.xplane`. Nesting, and what it had to change, is decided once when each rank
-is compacted.
+:mod:`dlprof.importers.xplane`. Files are streamed (:mod:`dlprof.importers.trace_stream`): each
+piece's rows are written as a chunk before the next piece is read. Nesting, and what it had to
+change, is decided once when each rank is compacted.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
+import shutil
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,53 +26,38 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.importers.chunked_json import ChunkedTrace, TraceFormatError
-from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_trace
+from dlprof.importers.chunked_json import TraceFormatError
+from dlprof.importers.kineto import KinetoTables
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
+from dlprof.importers.trace_stream import (
+    ChromeTraceRows,
+    TraceImportError,
+    TraceInfo,
+    open_trace,
+    probe,
+    read_whole,
+)
 from dlprof.importers.xplane import XPLANE_SUFFIX, XPlaneError, XPlaneOptions, convert_xspace, read_xspace
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import RANK_SHIFT, SLOT_IMPORT, id_base
 from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
 from dlprof.store.writer import RankWriter
 
-# Bytes parsed so far and in all, for a progress display.
+# Bytes read so far and in all, for a progress display.
 Progress = Callable[[int, int], None]
 
-
-class TraceImportError(ValueError):
-    """A file cannot be imported; the message is one line naming it and why."""
+__all__ = ["TraceImportError", "import_traces"]
 
 
 @dataclass
-class _ParsedFile:
-    """One file translated, its times relative to a base it may only state at its end."""
+class _Imported:
+    """One file written into its rank: what the manifest says of it."""
 
-    path: Path
-    header: dict[str, Any]
-    tables: dict[StoreTable, list[pa.Table]] = field(default_factory=dict)
+    info: TraceInfo
     events: int = 0
     source: str = "chrome-trace"  # the format, as the manifest names the importer
+    header: dict[str, Any] = field(default_factory=dict)  # the whole header, once read
     clocks: list[ClockDomain] = field(default_factory=list)
-
-    @property
-    def stated_rank(self) -> int | None:
-        info = self.header.get("distributedInfo")
-        rank = info.get("rank") if isinstance(info, dict) else None
-        return rank if isinstance(rank, int) and rank >= 0 else None
-
-
-def read_bytes(path: Path) -> bytes:
-    """A file's contents, gunzipped when it is gzip; a damaged file raises :class:`TraceImportError`."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise TraceImportError(f"{path}: cannot read ({error.strerror or error})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as error:
-            raise TraceImportError(f"{path}: damaged or truncated gzip file ({error})") from None
-    return raw
 
 
 def import_traces(
@@ -81,12 +66,15 @@ def import_traces(
 ) -> Manifest:
     """Import trace files as the ranks of one new run.
 
+    Each file is read once more than it is streamed only to learn its rank and time base; its
+    rows are written a piece at a time, so memory follows the piece, not the file.
+
     Args:
         paths: Chrome/Kineto traces (``.json``, ``.json.gz``), raw memory timelines, or XPlane
             profiles (``.xplane.pb``).
-        out_dir: the run directory to create.
+        out_dir: the run directory to create; removed again if an import fails.
         command: the command line to record in the manifest.
-        progress: told bytes done and bytes in all as the files are parsed.
+        progress: told bytes done and bytes in all as the files are read.
 
     Returns:
         The run's manifest.
@@ -94,112 +82,113 @@ def import_traces(
     Raises:
         TraceImportError: a file is missing, damaged, not a trace, or holds no events.
     """
-    total = sum(p.stat().st_size for p in paths if p.is_file())
-    done = 0
-    parsed: list[_ParsedFile] = []
-    for path in paths:
-        if not path.is_file():
-            raise TraceImportError(f"{path}: no such file")
-        file_size = path.stat().st_size
-
-        def advance(fraction: float, before: int = done, size: int = file_size) -> None:
-            if progress is not None:
-                progress(before + int(size * fraction), total)
-
-        parsed.append(_parse_file(path, advance))
-        done += file_size
-    ranks = _ranks(parsed)
+    infos = [probe(path, path.name.endswith(XPLANE_SUFFIX)) for path in paths]
+    ranks = _ranks(infos)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest = _manifest(out_dir, parsed, ranks, command)
+    try:
+        return _import(infos, ranks, out_dir, command, progress)
+    except TraceImportError:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            for child in out_dir.iterdir():  # it was empty: leave it so
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+
+
+def _import(infos: list[TraceInfo], ranks: list[int], out_dir: Path, command: list[str] | None,
+            progress: Progress | None) -> Manifest:
+    total = sum(info.path.stat().st_size for info in infos)
+    manifest = _manifest(out_dir, [_Imported(info, header=info.header) for info in infos], ranks, command)
     manifest.write(out_dir)
-    for rank, item in zip(ranks, parsed, strict=True):
+    imported = []
+    done = 0
+    for rank, info in zip(ranks, infos, strict=True):
         writer = RankWriter(out_dir, rank)
-        shift = _time_base(item.header)
-        for table, batches in item.tables.items():
-            for batch in batches:
-                writer.write_chunk(table, _rebase(batch, shift, rank), "import")
+
+        def advance(position: int, before: int = done) -> None:
+            if progress is not None:
+                progress(before + position, total)
+
+        imported.append(_import_file(info, writer, advance))
+        done += info.path.stat().st_size
         counts, report = writer.compact()
         for name, count in counts.items():
             manifest.counts[name] = manifest.counts.get(name, 0) + count
         for name, count in report.as_counts().items():
             manifest.normalised[name] = manifest.normalised.get(name, 0) + count
-    _set_span(manifest, out_dir)
-    manifest.status = RunStatus.COMPLETE
-    manifest.write(out_dir)
-    return manifest
+    final = _manifest(out_dir, imported, ranks, command)
+    final.start_ns, final.counts, final.normalised = manifest.start_ns, manifest.counts, manifest.normalised
+    _set_span(final, out_dir)
+    final.status = RunStatus.COMPLETE
+    final.write(out_dir)
+    return final
 
 
-def _parse_file(path: Path, advance: Callable[[float], None]) -> _ParsedFile:
-    if path.name.endswith(XPLANE_SUFFIX):
-        return _parse_xplane(path, advance)
-    raw = read_bytes(path)
-    if raw.lstrip()[:2] == b"[[":  # a raw memory timeline is an array of arrays
+def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:
+    if info.kind == "xplane":
+        return _import_xplane(info, writer, advance)
+    if info.kind == "memory-timeline":
+        raw = read_whole(info.path)
         try:
             rows = orjson.loads(raw)
         except orjson.JSONDecodeError as error:
-            raise TraceImportError(f"{path}: not valid JSON ({error})") from None
+            raise TraceImportError(f"{info.path}: not valid JSON ({error})") from None
         if not is_memory_timeline(rows):
-            raise TraceImportError(f"{path}: neither a Chrome trace nor a raw memory timeline")
-        item = _ParsedFile(path, header={})
-        item.tables[StoreTable.MEMORY] = [convert_memory_timeline(rows)]
-        item.events = len(rows)
-        advance(1.0)
-        return item
-    trace = ChunkedTrace(raw)
-    item = _ParsedFile(path, header={})
-    next_id = id_base(0, SLOT_IMPORT)
-    try:
-        for events in trace.chunks():
-            tables = convert_trace({"traceEvents": events}, KinetoOptions(id_base=next_id))
-            next_id += tables.slices.num_rows
-            _keep(item, tables)
-            item.events += len(events)
-            advance(trace.consumed / max(trace.total, 1))
-    except TraceFormatError as error:
-        raise TraceImportError(f"{path}: {error}") from None
-    item.header = trace.header
+            raise TraceImportError(f"{info.path}: neither a Chrome trace nor a raw memory timeline")
+        _write(writer, StoreTable.MEMORY, convert_memory_timeline(rows), info.base_ns)
+        advance(info.path.stat().st_size)
+        return _Imported(info, events=len(rows), source="memory-timeline")
+    item = _Imported(info)
+    with open_trace(info.path) as (stream, file):
+        rows = ChromeTraceRows(stream, id_base(0, SLOT_IMPORT))
+        try:
+            for tables, events in rows:
+                _keep(writer, tables, info.base_ns)
+                item.events += events
+                advance(file.tell())
+        except TraceFormatError as error:
+            raise TraceImportError(f"{info.path}: {error}") from None
+        item.header = rows.header
     if item.events == 0:
-        raise TraceImportError(f"{path}: an empty trace (no events)")
-    advance(1.0)
+        raise TraceImportError(f"{info.path}: an empty trace (no events)")
     return item
 
 
-def _parse_xplane(path: Path, advance: Callable[[float], None]) -> _ParsedFile:
+def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:
     """A TensorFlow or JAX profile (see :mod:`dlprof.importers.xplane`); its times are epoch ns."""
     try:
-        tables = convert_xspace(read_xspace(path), XPlaneOptions(id_base=id_base(0, SLOT_IMPORT)))
+        tables = convert_xspace(read_xspace(info.path), XPlaneOptions(id_base=id_base(0, SLOT_IMPORT)))
     except XPlaneError as error:
         raise TraceImportError(str(error)) from None
     header = {"host_name": tables.hostnames[0] if tables.hostnames else "", "deviceProperties": tables.devices}
-    item = _ParsedFile(path, header=header, events=tables.events, source="xplane", clocks=[tables.clock])
     for table, data in ((StoreTable.SLICES, tables.slices), (StoreTable.MEMORY, tables.memory)):
-        if data.num_rows:
-            item.tables[table] = [data]
-    advance(1.0)
-    return item
+        _write(writer, table, data, 0)
+    advance(info.path.stat().st_size)
+    return _Imported(info, events=tables.events, source="xplane", header=header, clocks=[tables.clock])
 
 
-def _keep(item: _ParsedFile, tables: KinetoTables) -> None:
+def _keep(writer: RankWriter, tables: KinetoTables, base_ns: int) -> None:
     for table, data in (
         (StoreTable.SLICES, tables.slices),
         (StoreTable.MEMORY, tables.memory),
         (StoreTable.COUNTERS, tables.counters),
         (StoreTable.METRICS, tables.metrics),
     ):
-        if data.num_rows:
-            item.tables.setdefault(table, []).append(data)
+        _write(writer, table, data, base_ns)
 
 
-def _ranks(parsed: list[_ParsedFile]) -> list[int]:
-    stated = [item.stated_rank for item in parsed]
+def _write(writer: RankWriter, table: StoreTable, data: pa.Table, base_ns: int) -> None:
+    if data.num_rows:
+        writer.write_chunk(table, _rebase(data, base_ns, writer.rank), "import")
+
+
+def _ranks(infos: list[TraceInfo]) -> list[int]:
+    stated = [info.stated_rank for info in infos]
     if all(rank is not None for rank in stated) and len(set(stated)) == len(stated):
         return [rank for rank in stated if rank is not None]
-    return list(range(len(parsed)))
-
-
-def _time_base(header: dict[str, Any]) -> int:
-    base = header.get("baseTimeNanoseconds", 0)
-    return int(base) if isinstance(base, (int, float)) else 0
+    return list(range(len(infos)))
 
 
 def _rebase(batch: pa.Table, base_ns: int, rank: int) -> pa.Table:
@@ -216,16 +205,16 @@ def _rebase(batch: pa.Table, base_ns: int, rank: int) -> pa.Table:
 
 
 def _manifest(
-    out_dir: Path, parsed: list[_ParsedFile], ranks: list[int], command: list[str] | None
+    out_dir: Path, parsed: list[_Imported], ranks: list[int], command: list[str] | None
 ) -> Manifest:
     first = parsed[0].header
     devices = [d for d in first.get("deviceProperties", ()) if isinstance(d, dict)]
     info = first.get("distributedInfo") if isinstance(first.get("distributedInfo"), dict) else {}
     world = info.get("world_size") if isinstance(info, dict) else None
-    notes = [f"rank {rank}: {item.path.name} ({item.events} events)" for rank, item in zip(ranks, parsed, strict=True)]
+    notes = [f"rank {rank}: {item.info.path.name} ({item.events} events)" for rank, item in zip(ranks, parsed, strict=True)]
     return Manifest(
         name=out_dir.name,
-        command=command or ["dlprof", "import", *(str(item.path) for item in parsed)],
+        command=command or ["dlprof", "import", *(str(item.info.path) for item in parsed)],
         status=RunStatus.RUNNING,
         writer_pid=os.getpid(),
         start_ns=time.time_ns(),

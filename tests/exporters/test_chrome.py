@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ def store_key(row: Any) -> tuple[str, int, int]:
 def test_header_keys_come_in_kineto_order(gpu_run: Path, tmp_path: Path) -> None:
     run, trace = export(gpu_run, tmp_path)
     assert list(trace)[:6] == ["schemaVersion", "deviceProperties", "distributedInfo",
-                               "baseTimeNanoseconds", "displayTimeUnit", "traceEvents"]
+                               "displayTimeUnit", "baseTimeNanoseconds", "traceEvents"]
     assert trace["schemaVersion"] == 1 and trace["displayTimeUnit"] == "ms"
     assert trace["distributedInfo"] == {"rank": 0, "world_size": 1}
     assert trace["deviceProperties"] == run.manifest.devices
@@ -247,8 +248,12 @@ def test_one_file_per_rank_on_one_time_base(two_rank_run: Path, tmp_path: Path) 
     assert paths == [tmp_path / "job.rank0.json", tmp_path / "job.rank1.json"]
     assert not (tmp_path / "job.json").exists()
     traces = [json.loads(p.read_bytes()) for p in paths]
-    for rank, trace in enumerate(traces):
+    for rank, (path, trace) in enumerate(zip(paths, traces, strict=True)):
         assert trace["distributedInfo"] == {"rank": rank, "world_size": 2}
+        # Holistic Trace Analysis's own pattern, on the first line that matches it.
+        with path.open() as lines:
+            found = next(m for line in lines if (m := re.search(r'"rank":\s+(\d+)', line)))
+        assert int(found.group(1)) == rank
         assert len(slice_events(trace)) == int((run.slices["rank"] == rank).sum())
     assert traces[0]["baseTimeNanoseconds"] == traces[1]["baseTimeNanoseconds"]
 

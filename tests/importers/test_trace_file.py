@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 
 import dlprof
 from dlprof.importers.chunked_json import ChunkedTrace, TraceFormatError
+from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.importers.trace_file import TraceImportError, import_traces
+from dlprof.importers.trace_stream import ChromeTraceRows, open_trace
 from tests.conftest import KINETO_TRACES
 
 CHROME_TRACES = sorted(KINETO_TRACES.rglob("*.json.gz"))
@@ -135,3 +140,66 @@ def test_one_field_per_line_traces_cut_between_events() -> None:
     pieces = list(trace.chunks())
     assert [e for piece in pieces for e in piece] == events
     assert len(pieces) > 20 and trace.header == {"schemaVersion": 1, "traceName": "x"}
+
+
+@pytest.mark.parametrize("chunk", [200_000, 1 << 22])
+@pytest.mark.parametrize("path", CHROME_TRACES, ids=lambda p: p.parent.name)
+def test_streamed_pieces_translate_as_the_whole_trace(path: Path, chunk: int) -> None:
+    """Cut into pieces of any size, read through DuckDB's JSON reader, the rows are exactly those
+    of the trace parsed whole with orjson (the ids numbered on from piece to piece)."""
+    trace = read_trace(path)
+    trace.pop("baseTimeNanoseconds", None)  # the import adds the base when it writes a piece
+    whole = convert_trace(trace, KinetoOptions(id_base=7))
+    with open_trace(path) as (stream, _):
+        pieces = [tables for tables, _ in ChromeTraceRows(stream, 7, chunk_bytes=chunk)]
+    for table in ("slices", "memory", "counters", "metrics"):
+        streamed = pa.concat_tables([getattr(p, table) for p in pieces]).unify_dictionaries()
+        expected = getattr(whole, table)
+        assert streamed.to_pylist() == expected.to_pylist(), table
+
+
+def _write_whitespace_bomb(path: Path, megabytes: int) -> None:
+    """A small valid trace with ``megabytes`` of whitespace in every place JSON allows it between
+    tokens: before the object, before the events, between events, inside one, after the array."""
+    def blank(out: Any, size: int, unit: bytes) -> None:
+        block = unit * ((1 << 20) // len(unit))
+        for _ in range(size):
+            out.write(block)
+
+    quarter = megabytes // 4
+    op = b'  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,\n'
+    with gzip.open(path, "wb", compresslevel=9) as out:
+        blank(out, quarter, b" ")
+        out.write(b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
+        out.write(op + b'    "ts": 1.0, "dur": 2.0\n  },\n')
+        blank(out, quarter, b"\n      ")
+        out.write(op)
+        blank(out, quarter, b"\n  \t  ")  # inside the event, between two of its lines
+        out.write(b'\n    "ts": 4.0, "dur": 1.0\n  }\n  ]')
+        blank(out, quarter, b"\n")
+        out.write(b',\n  "traceName": "bomb"\n}\n')
+
+
+@pytest.mark.slow
+def test_a_whitespace_gzip_bomb_imports_in_bounded_memory(tmp_path: Path) -> None:
+    """400 MB of whitespace in a file of a few hundred KB: imported with memory far below it."""
+    bomb = tmp_path / "bomb.json.gz"
+    _write_whitespace_bomb(bomb, 400)
+    assert bomb.stat().st_size < 2 << 20
+    # A child of its own, so that its peak resident set is the import's alone.
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from dlprof.importers.trace_file import import_traces\n"
+        "import dlprof.importers.kineto_events\n"
+        "def rss(key):\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key))\n"
+        "before = rss('VmRSS:')\n"
+        "manifest = import_traces([Path(sys.argv[1])], Path(sys.argv[2]))\n"
+        "print(manifest.counts['slices'], (rss('VmHWM:') - before) >> 10)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(bomb), str(tmp_path / "run")],
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    slices, growth_mib = map(int, done.stdout.split())
+    assert slices == 2
+    assert growth_mib < 200, f"{growth_mib} MiB for 400 MB of whitespace"

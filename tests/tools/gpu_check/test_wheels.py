@@ -10,7 +10,7 @@ from tools.gpu_check.wheels import ON_GPU_MACHINE, PLATFORMS, download_command, 
 def test_only_what_the_gpu_machines_lack_is_wanted() -> None:
     # dlprof's dependencies and gpu extra, less torch/CuPy/pandas/pyarrow/... the machines have,
     # plus setuptools to install dlprof from the tree offline. A new dependency shows up here.
-    assert wanted() == ["orjson", "perfetto", "cupti-python", "setuptools"]
+    assert wanted() == ["duckdb", "orjson", "perfetto", "cupti-python", "setuptools"]
 
 
 def test_the_download_is_for_cpython_312_manylinux_with_cupti_at_one_cuda_major(tmp_path: Path) -> None:

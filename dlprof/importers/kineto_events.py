@@ -1,0 +1,223 @@
+"""Chrome trace events into one typed Arrow table: the importer's boundary with the JSON.
+
+Every field the Kineto translation reads becomes a column here, typed once, and nothing past
+this module sees JSON again. The events of a piece of a trace become lines of JSON, one event a
+line, and DuckDB's JSON reader (C++, yyjson) turns those lines into columns; no Python object is
+made per event::
+
+    parse = EventParser()
+    events = parse(piece, Layout.BLOCKS, b"  ")   # a pa.Table, or None if the piece is not whole
+    events = events_from_dicts(trace["traceEvents"])
+
+Kineto's own layout (a field per line, each event closed by ``}`` at its indentation) and one
+event per line become lines by replacing bytes (a raw newline is never inside a JSON string, so
+newlines inside an event are spaces to a parser); any other layout is parsed with orjson and
+written back one event a line. The columns are in :data:`COLUMNS`; integers that name a thread,
+process or stream may be strings in a trace (``"Spans"``): those get a stable number
+(:func:`as_int`), as before. A value of the wrong type reads as null. Where validation of a field
+(ranges, counts of what was dropped) belongs, it belongs in :data:`_SELECT`.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from typing import Any
+
+import duckdb
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dlprof.importers.chunked_json import Layout, parse_events
+
+# Kineto argument -> (column, DuckDB type). JSON columns keep the value's text (shapes, grids).
+_ARGS: dict[str, tuple[str, str]] = {
+    "External id": ("external_id", "BIGINT"),
+    "Sequence number": ("sequence_nr", "BIGINT"),
+    "correlation": ("correlation", "BIGINT"),
+    "Input Dims": ("input_dims", "JSON"),
+    "Input type": ("input_type", "JSON"),
+    "Concrete Inputs": ("concrete_inputs", "JSON"),
+    "flops": ("flops", "BIGINT"),
+    "bytes": ("bytes", "BIGINT"),
+    "In msg nelems": ("in_msg_nelems", "BIGINT"),
+    "dtype": ("dtype", "VARCHAR"),
+    "device": ("device", "BIGINT"),
+    "stream": ("stream", "BIGINT"),
+    "grid": ("grid", "JSON"),
+    "block": ("block", "JSON"),
+    "registers per thread": ("registers", "BIGINT"),
+    "shared memory": ("shared_memory", "BIGINT"),
+    "blocks per SM": ("blocks_per_sm", "DOUBLE"),
+    "warps per SM": ("warps_per_sm", "DOUBLE"),
+    "est. achieved occupancy %": ("occupancy", "DOUBLE"),
+    # [memory] instants. Their "Bytes" differs from "bytes" only in case, which DuckDB's
+    # structs cannot tell apart: it is read on its own (see _SELECT), as is torch 1.8's
+    # "external id".
+    "Total Allocated": ("total_allocated", "BIGINT"),
+    "Total Reserved": ("total_reserved", "BIGINT"),
+    "Addr": ("addr", "BIGINT"),
+    "Device Id": ("device_id", "BIGINT"),
+    "Device Type": ("device_type", "BIGINT"),
+}
+_TOP = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "BIGINT", "tid": "BIGINT",
+        "ts": "DOUBLE", "dur": "DOUBLE"}
+_STRUCTURE = orjson.dumps({**_TOP, "args": {key: kind for key, (_, kind) in _ARGS.items()}}).decode()
+# Numbers that may be written as names: the text of those that are not numbers, for as_int.
+_NAMED_NUMBERS = ("pid", "tid", "stream")
+
+# A name where a number belongs reads as null from the typed struct; its JSON text is then taken
+# from the line (rarely: "Spans", "Traces"), for as_int. Likewise a stream written as text.
+_SELECT = f"""
+SELECT e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
+       {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items())},
+       e.args.stream IS NOT NULL OR (strpos(line, '"stream"') > 0 AND json_exists(line, '$.args.stream'))
+           AS has_stream,
+       CASE WHEN e.name = '[memory]' THEN TRY_CAST(json_extract(line, '$.args.Bytes') AS BIGINT) END
+           AS memory_bytes,
+       -- torch 1.8 and 1.9 wrote "external id" on device work and runtime calls
+       CASE WHEN e.args."External id" IS NULL AND strpos(line, '"external id"') > 0
+            THEN TRY_CAST(json_extract(line, '$.args."external id"') AS BIGINT) END AS external_id_2021,
+       -- events whose arguments are open-ended (counter series, range profiler metrics)
+       CASE WHEN e.ph = 'C' OR e.cat = 'cuda_profiler_range' THEN line END AS raw,
+       CASE WHEN e.pid IS NULL THEN CAST(json_extract(line, '$.pid') AS VARCHAR) END AS pid_text,
+       CASE WHEN e.tid IS NULL THEN CAST(json_extract(line, '$.tid') AS VARCHAR) END AS tid_text,
+       CASE WHEN e.args.stream IS NULL AND strpos(line, '"stream"') > 0
+            THEN CAST(json_extract(line, '$.args.stream') AS VARCHAR) END AS stream_text
+-- OFFSET 0 keeps the parse in its subquery: inlined, it would run once for each use of e
+FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e FROM lines OFFSET 0)
+WHERE e IS NOT NULL
+"""
+
+_SPACE = b" \t\r\n"
+
+
+class EventParser:
+    """Pieces of a trace into typed event tables, on one DuckDB connection of one thread."""
+
+    def __init__(self) -> None:
+        self._connection = duckdb.connect(config={"threads": 1})
+        self._lock = threading.Lock()
+
+    def __call__(self, piece: bytes, layout: Layout, indent: bytes = b"") -> pa.Table | None:
+        """The events of a piece, or None if the piece does not hold whole events.
+
+        Args:
+            piece: events as the file separates them, without the array's brackets.
+            layout: how the file lays them out.
+            indent: the events' indentation, in Kineto's layout.
+        """
+        lines = _event_strings(piece, layout, indent)
+        if lines is not None:
+            table = self._query(lines)
+            if table is not None:
+                return table
+        events = parse_events(piece)  # another layout, or the guess was wrong
+        return None if events is None else self.table(_dumped(events))
+
+    def table(self, lines: bytes) -> pa.Table | None:
+        """Typed columns of events given one JSON object a line; None if a line is not one."""
+        result = self._query(_line_array(lines or b"{}"))
+        return result if result is None or lines else result.slice(0, 0)
+
+    def _query(self, events: pa.StringArray) -> pa.Table | None:
+        with self._lock:
+            self._connection.register("lines", pa.table({"line": events}))
+            try:
+                result = self._connection.sql(_SELECT).to_arrow_table()
+            except duckdb.Error:  # a string that is not one JSON object
+                return None
+            finally:
+                self._connection.unregister("lines")
+        return _named_numbers(result)
+
+
+def events_from_dicts(events: list[dict[str, Any]], parser: EventParser | None = None) -> pa.Table:
+    """Parsed events (``trace["traceEvents"]``) as the typed event table."""
+    table = (parser or EventParser()).table(_dumped(events))
+    if table is None:  # cannot happen: orjson wrote every line
+        raise ValueError("events that orjson wrote did not read back")
+    return table
+
+
+def as_int(value: Any) -> int:
+    """A number from a field that should hold one: the number, or a stable one for a name."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value, 0) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        # A name where a number belongs ("Spans"): the same number for it on every import.
+        return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
+
+
+def _event_strings(piece: bytes, layout: Layout, indent: bytes) -> pa.StringArray | None:
+    """The piece's events as strings over one copy of its bytes, or None where bytes cannot tell.
+
+    Each string runs from one event's end to the next one's: the whitespace between events is
+    part of a string, and the comma after an event's closing brace is overwritten with a space.
+    """
+    data = np.frombuffer(piece, dtype=np.uint8)
+    if layout is Layout.LINES:
+        newlines = np.flatnonzero(data == 10)
+        # An event ends at a newline followed by a line with something on it.
+        newlines = newlines[newlines + 1 < len(data)]
+        ends = newlines[data[newlines + 1] > 32]
+        before = np.maximum(ends - 1, 0)
+        ends = np.where(data[before] == 13, before, ends)  # "\r\n"
+    elif layout is Layout.BLOCKS:
+        closing = np.frombuffer(b"\n" + indent + b"}", dtype=np.uint8)
+        ends = np.flatnonzero(data == ord("}"))
+        ends = ends[ends >= len(closing) - 1]
+        for back, byte in enumerate(closing[::-1].tolist()):
+            ends = ends[data[ends - back] == byte]
+        ends = ends + 1
+    else:
+        return None
+    if len(ends) == 0 and layout is Layout.BLOCKS:
+        return None
+    writable = bytearray(piece)
+    view = np.frombuffer(writable, dtype=np.uint8)
+    # The comma after each event (after its closing brace, or at its line's end).
+    comma = ends - 1 if layout is Layout.LINES else ends
+    comma = comma[comma < len(view)]
+    for _ in range(2):  # "}," or "} ," or "},\r"
+        at_comma = view[comma] == ord(",")
+        view[comma[at_comma]] = 32
+        comma = comma[~at_comma & (view[comma] == 32)] + (1 if layout is Layout.BLOCKS else -1)
+        comma = comma[(comma >= 0) & (comma < len(view))]
+    last = int(ends[-1]) if len(ends) else 0
+    if layout is Layout.BLOCKS and writable[last:].strip(_SPACE + b","):
+        return None  # something after the last whole event
+    # Kineto's layout: up to the last event's end; one event a line: to the piece's end.
+    offsets = np.concatenate(([0], ends) if layout is Layout.BLOCKS else ([0], ends, [len(view)]))
+    return pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(writable))
+
+
+def _dumped(events: list[dict[str, Any]] | Any) -> bytes:
+    """Events written back one a line; anything but an object becomes an empty one."""
+    return b"\n".join(orjson.dumps(e) if isinstance(e, dict) else b"{}" for e in events)
+
+
+def _line_array(lines: bytes) -> pa.StringArray:
+    """The lines as an Arrow string array over the same bytes, each with its newline."""
+    ends = np.flatnonzero(np.frombuffer(lines, dtype=np.uint8) == 10) + 1
+    offsets = np.concatenate(([0], ends, [] if lines.endswith(b"\n") else [len(lines)]))
+    return pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(lines))
+
+
+def _named_numbers(table: pa.Table) -> pa.Table:
+    """Fill the numbers a trace wrote as names (``"pid": "Spans"``) with :func:`as_int`."""
+    for column in _NAMED_NUMBERS:
+        text = table.column(f"{column}_text").combine_chunks()
+        if text.null_count < len(text):
+            named = pc.is_valid(text)
+            values = pa.array([as_int(orjson.loads(t)) for t in text.filter(named).to_pylist()], pa.int64())
+            numbers = pc.replace_with_mask(table.column(column).combine_chunks(), named, values)
+            table = table.set_column(table.schema.get_field_index(column), column, numbers)
+        table = table.drop_columns([f"{column}_text"])
+    return table
