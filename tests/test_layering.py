@@ -54,6 +54,8 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.schedule": Layer.CORE,
     "dlprof.distributed": Layer.CORE,
     "dlprof.store": Layer.STORE,
+    # The query engines are the store's reading side: Run.engine opens one over the run's files.
+    "dlprof.engine": Layer.STORE,
     "dlprof.importers": Layer.IMPORTERS,
     "dlprof.collectors": Layer.COLLECTORS,
     "dlprof.session": Layer.SESSION,

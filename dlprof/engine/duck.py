@@ -1,0 +1,90 @@
+"""DuckDB, embedded: the default engine. Out of core, it reads only the columns and row groups a
+query needs from the run's Parquet files and materialises only the result.
+
+One in-memory database per loaded run, its tables registered as views over ``read_parquet``
+(hive partitioning gives ``rank``); ranks read in memory (never compacted) are registered Arrow
+tables beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from dlprof.engine.base import Engine, EngineError
+from dlprof.engine.dialect import Dialect
+from dlprof.engine.rows import Rows
+from dlprof.keys import EngineKind, StoreTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from dlprof.engine.sources import TableSource
+
+
+class DuckDBEngine(Engine):
+    """A run's tables in an in-memory DuckDB database."""
+
+    kind = EngineKind.DUCKDB
+    dialect = Dialect()
+
+    def __init__(self, sources: Mapping[StoreTable, TableSource]) -> None:
+        super().__init__(sources)
+        self.connection = duckdb.connect(":memory:")
+        self.connection.execute("SET enable_progress_bar = false")
+        # Results are small and ordered by their queries; insertion order costs memory on scans.
+        self.connection.execute("SET preserve_insertion_order = false")
+        for source in self.sources.values():
+            self._register(source)
+
+    def _register(self, source: TableSource) -> None:
+        name = str(source.table)
+        pieces = []
+        if source.files:
+            files = "[" + ", ".join(self.dialect.literal(str(f)) for f in source.files) + "]"
+            scan = f"read_parquet({files}, hive_partitioning = true, union_by_name = true)"
+            try:
+                present = {row[0] for row in self.connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+            except duckdb.Error as error:
+                raise EngineError(f"{source.directory}: damaged Parquet file ({_first_line(error)})") from None
+            pieces.append(f"SELECT {source.select_list(present)} FROM {scan}")
+        for rank, rows in source.loose:
+            loose = f"_{name}_rank_{rank}"
+            self.connection.register(loose, rows)
+            present = set(rows.column_names)
+            pieces.append(f"SELECT {source.select_list(present)} FROM (SELECT *, {rank} AS rank FROM {loose})")
+        body = " UNION ALL ".join(pieces) if pieces else source.empty_view()
+        self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {body}")
+
+    def _execute(self, sql: str) -> duckdb.DuckDBPyRelation:
+        try:
+            return self.connection.sql(sql)
+        except duckdb.IOException as error:
+            raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
+        except duckdb.InvalidInputException as error:
+            if "parquet" in str(error).lower():
+                raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
+            raise
+
+    def rows(self, sql: str) -> Rows:
+        relation = self._execute(sql)
+        return Rows(tuple(relation.columns), relation.fetchall())
+
+    def arrow(self, sql: str) -> pa.Table:
+        return self._execute(sql).to_arrow_table()
+
+    def batches(self, sql: str, rows_per_batch: int = 65_536) -> Iterator[pa.RecordBatch]:
+        yield from self._execute(sql).to_arrow_reader(rows_per_batch)
+
+    def relation(self, sql: str) -> Any:
+        return self.connection.sql(sql)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

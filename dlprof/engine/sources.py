@@ -1,0 +1,119 @@
+"""Where each table of a run lies, as the engines read it: Parquet files, or rows in memory.
+
+A rank that was compacted has ``part-*.parquet`` files that an engine scans itself, reading only
+the columns and row groups a query needs. A rank that never was (a killed run) has only chunks,
+which are read and nested in memory on the way in (``dlprof.store.nesting``), as the reader did
+before there was an engine. Either way a table's view has every column of the current schema
+(missing ones null, as for a run written before a column existed), a ``rank`` column from the
+partition directories, and each remote rank's times moved onto rank 0's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlprof.keys import StoreTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Columns holding epoch times, shifted by a rank's clock offset.
+TIME_COLUMNS = ("start_ns", "ts_ns")
+PART_GLOB = "part-*.parquet"
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """One table of one run, as files and in-memory pieces."""
+
+    table: StoreTable
+    directory: Path  # RUN/slices: the hive-partitioned dataset's root
+    files: tuple[Path, ...]  # compacted ranks' part files
+    loose: tuple[tuple[int, pa.Table], ...]  # (rank, rows) of ranks never compacted
+    columns: tuple[tuple[str, str], ...]  # (name, SQL type) of the current schema, in order
+    clock_offsets: dict[int, int] = field(default_factory=dict)  # rank -> ns to subtract
+
+    def rank_shift(self, rank_column: str = "rank") -> str:
+        """SQL for the nanoseconds to subtract from a row's times (0 on rank 0's clock)."""
+        offsets = {r: o for r, o in sorted(self.clock_offsets.items()) if o}
+        if not offsets:
+            return "0"
+        cases = " ".join(f"WHEN {rank} THEN {offset}" for rank, offset in offsets.items())
+        return f"(CASE {rank_column} {cases} ELSE 0 END)"
+
+    def select_list(self, present: set[str]) -> str:
+        """The view's columns over a scan holding the ``present`` ones and ``rank``."""
+        shift = self.rank_shift()
+        parts = []
+        for name, sql_type in self.columns:
+            if name not in present:
+                parts.append(f"CAST(NULL AS {sql_type}) AS {name}")
+            elif name in TIME_COLUMNS and shift != "0":
+                parts.append(f"{name} - {shift} AS {name}")
+            else:
+                parts.append(name)
+        parts.append("CAST(rank AS INT) AS rank")
+        return ", ".join(parts)
+
+    def empty_view(self) -> str:
+        """A query of no rows with the view's columns, for a table no rank wrote."""
+        columns = [f"CAST(NULL AS {t}) AS {n}" for n, t in self.columns]
+        return f"SELECT {', '.join(columns)}, CAST(NULL AS INT) AS rank WHERE 1 = 0"
+
+
+def _sql_type(arrow_type: pa.DataType) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    for test, name in ((pa.types.is_int64, "BIGINT"), (pa.types.is_int32, "INT"),
+                       (pa.types.is_int16, "SMALLINT"), (pa.types.is_float32, "FLOAT"),
+                       (pa.types.is_float64, "DOUBLE"), (pa.types.is_string, "STRING")):
+        if test(arrow_type):
+            return name
+    raise ValueError(f"no SQL type for the store's {arrow_type}")
+
+
+def rank_dirs(run_dir: Path, table: StoreTable) -> Iterator[tuple[int, Path]]:
+    """A table's partition directories (``rank=N``), by rank."""
+    table_dir = run_dir / str(table)
+    if not table_dir.is_dir():
+        return
+    found = []
+    for directory in table_dir.iterdir():
+        key, _, value = directory.name.partition("=")
+        if directory.is_dir() and key == "rank" and value.isdigit():
+            found.append((int(value), directory))
+    yield from sorted(found)
+
+
+def table_source(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int]) -> TableSource:
+    """Find a table's files, reading (and nesting) the ranks that have only chunks.
+
+    Raises:
+        pyarrow.ArrowInvalid, OSError: a chunk cannot be read (the reader words it for a person).
+    """
+    from dlprof.store.nesting import nest_slices
+    from dlprof.store.schema import SCHEMAS
+    from dlprof.store.writer import CHUNK_GLOB, read_chunks
+
+    schema = SCHEMAS[table]
+    files: list[Path] = []
+    loose: list[tuple[int, pa.Table]] = []
+    for rank, directory in rank_dirs(run_dir, table):
+        parts = sorted(directory.glob(PART_GLOB))
+        if parts:
+            files.extend(parts)
+            continue
+        chunks = sorted(directory.glob(CHUNK_GLOB))
+        if not chunks:
+            continue
+        data = read_chunks(chunks, schema)
+        if table is StoreTable.SLICES:
+            data, _ = nest_slices(data)
+        loose.append((rank, data))
+    columns = tuple((f.name, _sql_type(f.type)) for f in schema)
+    return TableSource(table, run_dir / str(table), tuple(files), tuple(loose), columns, clock_offsets)

@@ -1,0 +1,72 @@
+"""Every analysis gives the same result on DuckDB and on Spark, on real runs: a native PyTorch run,
+an imported GPU trace (A100) and a two-rank gloo job.
+
+Spark runs for real, in local mode. Results are compared as DataFrames: same columns, same rows in
+the same order, integers and strings exactly, floats to 1e-9 relative (the engines may add up
+floating-point values in another order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import dlprof
+from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.keys import GroupKey, Kind, SortKey
+from dlprof.store.reader import Run
+
+pytestmark = pytest.mark.slow
+
+# An analysis as the tests call it: a run in, something comparable out.
+Analysis = Callable[[Run], Any]
+
+ANALYSES: dict[str, Analysis] = {
+    "kinds": kinds_present,
+    "top ops": lambda run: top(run, limit=None),
+    "top ops by self, shapes": lambda run: top(run, by=SortKey.SELF, group_by=GroupKey.SHAPE, limit=None),
+    "top kernels by launching op": lambda run: top(run, kind=Kind.KERNEL, group_by=GroupKey.OP, limit=None)
+    if Kind.KERNEL in kinds_present(run) else None,
+    "top modules per rank": lambda run: top(run, kind=Kind.MODULE, per_rank=True, limit=None)
+    if Kind.MODULE in kinds_present(run) else None,
+    "top ops per rank": lambda run: top(run, per_rank=True, limit=5),
+}
+
+
+def assert_same(duck: Any, spark: Any, label: str) -> None:
+    """Equal results: DataFrames column by column (floats to a relative 1e-9), the rest by ==."""
+    if isinstance(duck, pd.DataFrame):
+        assert isinstance(spark, pd.DataFrame), label
+        assert list(duck.columns) == list(spark.columns), label
+        assert len(duck) == len(spark), label
+        pd.testing.assert_frame_equal(duck.reset_index(drop=True), spark.reset_index(drop=True),
+                                      check_dtype=False, check_exact=False, rtol=1e-9, obj=label)
+    elif isinstance(duck, list | tuple) and duck and all(isinstance(d, pd.DataFrame) for d in duck):
+        assert len(duck) == len(spark), label
+        for index, (d, s) in enumerate(zip(duck, spark, strict=True)):
+            assert_same(d, s, f"{label}[{index}]")
+    else:
+        assert duck == spark, label
+
+
+@pytest.fixture(scope="module")
+def runs(cnn_run: Path, gpu_run: Path, two_rank_gloo_run: Path) -> dict[str, Path]:
+    return {"native": cnn_run, "gpu": gpu_run, "two ranks": two_rank_gloo_run}
+
+
+@pytest.mark.parametrize("run_name", ["native", "gpu", "two ranks"])
+def test_duckdb_and_spark_agree(run_name: str, runs: dict[str, Path], spark: None) -> None:
+    path = runs[run_name]
+    duck, on_spark = dlprof.load(path, engine="duckdb"), dlprof.load(path, engine="spark")
+    compared = 0
+    for label, analysis in ANALYSES.items():
+        expected = analysis(duck)
+        if expected is None:
+            continue
+        assert_same(expected, analysis(on_spark), f"{run_name}: {label}")
+        compared += 1
+    assert compared >= 4
