@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launched_by_op, launches_sql, rank_condition
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition
 from dlprof.engine.rows import Rows
 from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
@@ -55,17 +55,6 @@ def has_device_activity(run: Run) -> bool:
     return bool(run.query(f"SELECT 1 FROM slices WHERE kind IN {DEVICE_KINDS_SQL} LIMIT 1").rows)
 
 
-def has_launches(run: Run) -> bool:
-    """Whether any device work is linked to the CPU op that launched it."""
-    if not has_device_activity(run):
-        return False
-    found = run.query(
-        f"SELECT 1 FROM slices w JOIN ({launch_calls()}) AS c "
-        f"ON w.rank = c.rank AND w.correlation_id = c.correlation_id WHERE w.kind IN {DEVICE_KINDS_SQL} LIMIT 1"
-    )
-    return bool(found.rows)
-
-
 def launches(run: Run) -> pd.DataFrame:
     """Each device slice (kernel, memcpy, memset) with the CPU op that launched it.
 
@@ -89,7 +78,7 @@ def _keys(group_by: GroupKey) -> list[str]:
     return ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
 
 
-def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, device: bool) -> str:
+def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None) -> str:
     """A query of the slices one top table aggregates: its group keys and the measures."""
     d = run.engine.dialect
     name = "s.name"
@@ -100,17 +89,30 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, device
         name = f"coalesce(p.name, {d.literal(UNATTRIBUTED)})"
     elif group_by is GroupKey.TYPE:
         name = "coalesce(s.op_type, s.name)"
-    device_ns = ""
-    if device and kind in DEVICE_KINDS:
-        device_ns = ", s.dur_ns AS device_ns"
-    elif device:
-        joins += f" LEFT JOIN ({launched_by_op(rank)}) AS l ON l.rank = s.rank AND l.id = s.id"
-        device_ns = ", coalesce(l.device_ns, 0) AS device_ns"
     return (
         f"SELECT s.id, s.rank, {name} AS name, coalesce(s.input_shapes, '') AS input_shapes, s.dur_ns, "
-        f"s.self_ns, s.bytes, s.flops{device_ns} FROM slices s{joins} "
+        f"s.self_ns, s.bytes, s.flops FROM slices s{joins} "
         f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}"
     )
+
+
+def _launched_device_time(run: Run, selection: str, keys: list[str]) -> dict[tuple[Any, ...], int] | None:
+    """Device time per group of the selected slices, from the work each slice launched directly;
+    None when no device work in the run is linked to a launching slice at all."""
+    if not has_device_activity(run):
+        return None
+    key_list = ", ".join(f"s.{k}" for k in keys)
+    # One pass over the links: work launched by slices outside the selection lands in a group of
+    # NULL keys, which also says whether anything was linked at all.
+    found = run.query(
+        f"SELECT {key_list}, CAST(sum(w.dur_ns) AS BIGINT) AS device_ns FROM slices w "
+        f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
+        f"LEFT JOIN ({selection}) AS s ON s.rank = c.rank AND s.id = c.parent_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL} GROUP BY {key_list}"
+    )
+    if not found.rows:
+        return None
+    return {tuple(row[:-1]): int(row[-1]) for row in found}
 
 
 def top_rows(
@@ -123,16 +125,16 @@ def top_rows(
     per_rank: bool = False,
 ) -> Rows:
     """:func:`top`'s table as plain values (see there); what ``dlprof top`` prints."""
-    device = kind in DEVICE_KINDS or has_launches(run)
+    keys = _keys(group_by)
+    selection = _selection(run, kind, group_by, rank)
+    launched = None if kind in DEVICE_KINDS else _launched_device_time(run, selection, keys)
+    device = kind in DEVICE_KINDS or launched is not None
     if by is SortKey.DEVICE and not device:
         raise ValueError("--by device: this run has no device activity")
-    keys = _keys(group_by)
-    selection = _selection(run, kind, group_by, rank, device)
     grouped = run.query(
         f"SELECT {', '.join(keys)}, count(*) AS calls, "
         + ", ".join(f"CAST(coalesce(sum({c}), 0) AS BIGINT) AS {c}" for c in ("dur_ns", "self_ns", "bytes", "flops"))
         + ", CAST(min(dur_ns) AS BIGINT) AS min_ns, CAST(max(dur_ns) AS BIGINT) AS max_ns"
-        + (", CAST(sum(device_ns) AS BIGINT) AS device_ns" if device else "")
         + f" FROM ({selection}) AS selected GROUP BY {', '.join(keys)}"
     )
     if not grouped.rows:
@@ -140,6 +142,10 @@ def top_rows(
     table = [dict(zip(grouped.columns, row, strict=True)) for row in grouped]
     for row in table:
         row["total_ns"] = row.pop("dur_ns")
+        if kind in DEVICE_KINDS:
+            row[DEVICE_COLUMN] = row["total_ns"]
+        elif launched is not None:
+            row[DEVICE_COLUMN] = launched.get(tuple(row[k] for k in keys), 0)
     metrics = _counter_metrics(run, selection, keys, table)
     all_self = sum(row["self_ns"] for row in table)
     for row in table:

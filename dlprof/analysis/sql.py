@@ -27,16 +27,14 @@ def launch_calls(with_parent: bool = True) -> str:
         with_parent: only calls inside an op (as the launching op is wanted), else every call.
 
     Returns:
-        A query of ``rank``, ``correlation_id``, ``parent_id``, ``start_ns``, ``dur_ns``: one row
-        per (rank, correlation id), the first call in track order where several share one.
+        A query of ``rank``, ``correlation_id``, ``parent_id``, ``start_ns``, ``dur_ns``. CUPTI
+        numbers a process's calls one by one, so a correlation id names one call per rank (no
+        trace dlprof reads repeats one); the query relies on it rather than paying to check.
     """
     parent = " AND parent_id IS NOT NULL" if with_parent else ""
     return (
-        "SELECT rank, correlation_id, parent_id, start_ns, dur_ns FROM ("
-        "SELECT rank, correlation_id, parent_id, start_ns, dur_ns, row_number() OVER ("
-        "PARTITION BY rank, correlation_id ORDER BY pid, tid, start_ns, dur_ns DESC, id) AS nth "
-        f"FROM slices WHERE kind = '{Kind.RUNTIME}' AND correlation_id IS NOT NULL{parent}"
-        ") AS numbered WHERE nth = 1"
+        "SELECT rank, correlation_id, parent_id, start_ns, dur_ns FROM slices "
+        f"WHERE kind = '{Kind.RUNTIME}' AND correlation_id IS NOT NULL{parent}"
     )
 
 

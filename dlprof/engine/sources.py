@@ -20,6 +20,36 @@ from dlprof.keys import StoreTable
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# Each table's columns as the engines see them: (name, SQL type) in the schema's order.
+# dlprof.store.schema is the source of truth (a test checks they agree); this copy lets a
+# query run without importing Arrow.
+STORE_COLUMNS: dict[StoreTable, tuple[tuple[str, str], ...]] = {
+    StoreTable.SLICES: (
+        ("id", "BIGINT"), ("pid", "BIGINT"), ("tid", "BIGINT"), ("device", "STRING"),
+        ("kind", "STRING"), ("category", "STRING"), ("name", "STRING"), ("start_ns", "BIGINT"),
+        ("dur_ns", "BIGINT"), ("depth", "SMALLINT"), ("parent_id", "BIGINT"), ("self_ns", "BIGINT"),
+        ("correlation_id", "BIGINT"), ("external_id", "BIGINT"), ("sequence_nr", "BIGINT"),
+        ("input_shapes", "STRING"), ("input_dtypes", "STRING"), ("flops", "BIGINT"),
+        ("bytes", "BIGINT"), ("grid", "STRING"), ("block", "STRING"), ("registers", "INT"),
+        ("shared_memory", "BIGINT"), ("blocks_per_sm", "FLOAT"), ("warps_per_sm", "FLOAT"),
+        ("occupancy", "FLOAT"), ("stream", "BIGINT"), ("op_type", "STRING"), ("scope", "STRING"),
+        ("args", "STRING"),
+    ),
+    StoreTable.COUNTERS: (
+        ("pid", "BIGINT"), ("device", "STRING"), ("track", "STRING"), ("ts_ns", "BIGINT"),
+        ("value", "DOUBLE"), ("unit", "STRING"),
+    ),
+    StoreTable.METRICS: (
+        ("slice_id", "BIGINT"), ("metric", "STRING"), ("value", "DOUBLE"), ("scope", "STRING"),
+        ("method", "STRING"),
+    ),
+    StoreTable.MEMORY: (
+        ("pid", "BIGINT"), ("tid", "BIGINT"), ("device", "STRING"), ("ts_ns", "BIGINT"),
+        ("bytes", "BIGINT"), ("total_allocated", "BIGINT"), ("total_reserved", "BIGINT"),
+        ("addr", "BIGINT"), ("slice_id", "BIGINT"), ("category", "STRING"),
+    ),
+}
+
 # Columns holding epoch times, shifted by a rank's clock offset.
 TIME_COLUMNS = ("start_ns", "ts_ns")
 PART_GLOB = "part-*.parquet"
@@ -64,7 +94,8 @@ class TableSource:
         return f"SELECT {', '.join(columns)}, CAST(NULL AS INT) AS rank WHERE 1 = 0"
 
 
-def _sql_type(arrow_type: pa.DataType) -> str:
+def sql_type(arrow_type: pa.DataType) -> str:
+    """The SQL type both engines name an Arrow type of the store by."""
     import pyarrow as pa
 
     if pa.types.is_dictionary(arrow_type):
@@ -96,11 +127,6 @@ def table_source(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int]
     Raises:
         pyarrow.ArrowInvalid, OSError: a chunk cannot be read (the reader words it for a person).
     """
-    from dlprof.store.nesting import nest_slices
-    from dlprof.store.schema import SCHEMAS
-    from dlprof.store.writer import CHUNK_GLOB, read_chunks
-
-    schema = SCHEMAS[table]
     files: list[Path] = []
     loose: list[tuple[int, pa.Table]] = []
     for rank, directory in rank_dirs(run_dir, table):
@@ -108,12 +134,23 @@ def table_source(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int]
         if parts:
             files.extend(parts)
             continue
-        chunks = sorted(directory.glob(CHUNK_GLOB))
-        if not chunks:
-            continue
-        data = read_chunks(chunks, schema)
-        if table is StoreTable.SLICES:
-            data, _ = nest_slices(data)
-        loose.append((rank, data))
-    columns = tuple((f.name, _sql_type(f.type)) for f in schema)
-    return TableSource(table, run_dir / str(table), tuple(files), tuple(loose), columns, clock_offsets)
+        data = _read_loose(directory, table)
+        if data is not None:
+            loose.append((rank, data))
+    return TableSource(table, run_dir / str(table), tuple(files), tuple(loose), STORE_COLUMNS[table],
+                       clock_offsets)
+
+
+def _read_loose(directory: Path, table: StoreTable) -> pa.Table | None:
+    """A rank that was never compacted: its chunks read and (slices) nested, or None if it has none."""
+    from dlprof.store.nesting import nest_slices
+    from dlprof.store.schema import SCHEMAS
+    from dlprof.store.writer import CHUNK_GLOB, read_chunks
+
+    chunks = sorted(directory.glob(CHUNK_GLOB))
+    if not chunks:
+        return None
+    data = read_chunks(chunks, SCHEMAS[table])
+    if table is StoreTable.SLICES:
+        data, _ = nest_slices(data)
+    return data

@@ -77,13 +77,11 @@ class Run:
             raise RunError(f"{self.path}: {error}") from None
 
     def _source(self, table: StoreTable, offsets: dict[int, int]) -> Any:
-        import pyarrow as pa
-
         from dlprof.engine.sources import table_source
 
         try:
             return table_source(self.path, table, offsets)
-        except (pa.ArrowInvalid, OSError) as error:
+        except (ValueError, OSError) as error:  # Arrow's ArrowInvalid is a ValueError
             detail = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RunError(f"{self.path / str(table)}: damaged Parquet file ({detail})") from None
 

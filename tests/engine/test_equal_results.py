@@ -17,6 +17,8 @@ import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.tfprof import op_costs, op_view
+from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.keys import GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
 
@@ -34,6 +36,10 @@ ANALYSES: dict[str, Analysis] = {
     "top modules per rank": lambda run: top(run, kind=Kind.MODULE, per_rank=True, limit=None)
     if Kind.MODULE in kinds_present(run) else None,
     "top ops per rank": lambda run: top(run, per_rank=True, limit=5),
+    "op costs": op_costs,
+    "op view": op_view,
+    "scope tree": scope_tree,
+    "code tree": code_tree,
 }
 
 
