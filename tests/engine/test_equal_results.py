@@ -17,6 +17,7 @@ import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.keys import GroupKey, Kind, SortKey
@@ -40,7 +41,15 @@ ANALYSES: dict[str, Analysis] = {
     "op view": op_view,
     "scope tree": scope_tree,
     "code tree": code_tree,
+    "TAU profiles": lambda run: tau_frames(tau_profiles(run)),
 }
+
+
+def tau_frames(profiles: list[Any]) -> list[pd.DataFrame]:
+    """TAU profiles as frames: which threads, then each thread's table, then the summaries."""
+    threads = pd.DataFrame([(p.rank, p.thread, p.pid, p.tid, p.device, p.wall_ns) for p in profiles],
+                           columns=["rank", "thread", "pid", "tid", "device", "wall_ns"])
+    return [threads, *(p.functions for p in profiles), *(s.functions for s in function_summaries(profiles))]
 
 
 def assert_same(duck: Any, spark: Any, label: str) -> None:
