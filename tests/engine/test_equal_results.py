@@ -17,6 +17,8 @@ import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.gpu import device_work, gpu_breakdown
+from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
@@ -42,6 +44,11 @@ ANALYSES: dict[str, Analysis] = {
     "scope tree": scope_tree,
     "code tree": code_tree,
     "TAU profiles": lambda run: tau_frames(tau_profiles(run)),
+    "device work": device_work,
+    "GPU breakdown": gpu_breakdown,
+    "rank steps": rank_steps,
+    "rank summary": rank_summary,
+    "collective arrivals": collective_arrivals,
 }
 
 
