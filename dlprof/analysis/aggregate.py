@@ -68,9 +68,10 @@ def launches(run: Run) -> pd.DataFrame:
     return run.sql(f"SELECT id, dur_ns, launcher_id FROM ({launches_sql()}) AS launches")
 
 
-def kinds_present(run: Run) -> list[str]:
-    """The kinds of slice the run holds, most frequent first."""
-    counted = run.query("SELECT kind, count(*) AS n FROM slices GROUP BY kind ORDER BY n DESC, kind")
+def kinds_present(run: Run, rank: int | None = None) -> list[str]:
+    """The kinds of slice the run (or one rank of it) holds, most frequent first."""
+    counted = run.query(f"SELECT kind, count(*) AS n FROM slices WHERE TRUE{rank_condition(rank)} "
+                        "GROUP BY kind ORDER BY n DESC, kind")
     return [str(kind) for kind, _ in counted if kind is not None]
 
 

@@ -17,11 +17,15 @@ import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
+from dlprof.analysis.diff import choose_basis, diff, work_steps
 from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
+from dlprof.analysis.report_data import report_data
 from dlprof.analysis.trees import code_tree, scope_tree
+from dlprof.analysis.tuning import kernel_summaries
 from dlprof.keys import GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
 
@@ -49,6 +53,12 @@ ANALYSES: dict[str, Analysis] = {
     "rank steps": rank_steps,
     "rank summary": rank_summary,
     "collective arrivals": collective_arrivals,
+    "steps with work": work_steps,
+    "diff with itself": lambda run: diff(run, run, per=choose_basis(run, run)),
+    "derived metrics per name": lambda run: derived_metrics(run, BUILTINS).values,
+    "derived metrics per slice": lambda run: derived_metrics(run, BUILTINS, Grouping.SLICE).values,
+    "kernel summaries": kernel_summaries,
+    "report data": report_data,
 }
 
 
@@ -71,6 +81,12 @@ def assert_same(duck: Any, spark: Any, label: str) -> None:
         assert len(duck) == len(spark), label
         for index, (d, s) in enumerate(zip(duck, spark, strict=True)):
             assert_same(d, s, f"{label}[{index}]")
+    elif isinstance(duck, dict):
+        assert isinstance(spark, dict) and list(duck) == list(spark), label
+        for key in duck:
+            assert_same(duck[key], spark[key], f"{label}.{key}")
+    elif isinstance(duck, float):
+        assert spark == pytest.approx(duck, rel=1e-9, nan_ok=True), label
     else:
         assert duck == spark, label
 
