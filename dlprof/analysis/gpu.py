@@ -74,8 +74,6 @@ BREAKDOWN_COLUMNS = [
 WORK_COLUMNS = [
     "id", "rank", "device", "kind", "stream", "start_ns", "end_ns", "launch_ns", "step", "step_index"
 ]
-# The kinds each coverage layer unites: kernels first, then memcpy, then memset (see above).
-_LAYERS = (f"('{Kind.KERNEL}')", f"('{Kind.KERNEL}', '{Kind.MEMCPY}')", DEVICE_KINDS_SQL)
 _BEFORE = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
@@ -190,40 +188,49 @@ class Coverage:
         return covered
 
 
-def blocks_sql(source: str, keys: str, layers: tuple[tuple[int, str], ...]) -> str:
-    """The union of intervals as disjoint blocks, per group and layer.
+def covered_sql(dialect: Dialect, work: str, windows: str) -> str:
+    """Each GPU's busy time per window, split kernels first, then memcpy, then memset.
+
+    One sweep over each GPU's work in time order: every start and end changes a running count
+    of open kernels, copies and sets, and every window's edges change a running state (entered
+    window i, left it); between two consecutive instants the GPU is busy with whatever count is
+    positive, so each piece of time goes to one kind and to the window it lies in.
 
     Args:
-        source: a query of intervals with the ``keys`` columns, ``start_ns``, ``end_ns`` and a
-            condition per layer's selection.
-        keys: the columns whose values make a group (``rank, device``).
-        layers: (layer number, condition on a row of ``source`` for being in that layer).
+        dialect: the engine's dialect.
+        work: a table of device work (``rank``, ``device``, ``kind``, ``start_ns``, ``end_ns``).
+        windows: a query of ``rank``, ``device``, ``slot`` (numbering a GPU's windows from 0, in
+            time order; they do not overlap), ``low``, ``high``.
 
     Returns:
-        A query of ``keys``, ``layer``, ``low``, ``high``: each block from the first start to
-        the furthest end of intervals that overlap or touch one another.
+        A query of ``rank``, ``device``, ``slot`` (-2 for the whole run), ``kernel_ns``,
+        ``copy_ns`` (memcpy time outside kernels) and ``busy_ns``.
     """
-    layered = " UNION ALL ".join(
-        f"SELECT {keys}, {number} AS layer, start_ns, end_ns FROM ({source}) AS source WHERE {condition}"
-        for number, condition in layers
+    def delta(kind: str, sign: int) -> str:
+        return f"CASE WHEN kind = '{kind}' THEN {sign} ELSE 0 END"
+
+    kinds = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    events = (
+        f"SELECT rank, device, start_ns AS t, {', '.join(delta(k, 1) for k in kinds)}, 0 AS edge FROM {work} "
+        f"UNION ALL SELECT rank, device, end_ns, {', '.join(delta(k, -1) for k in kinds)}, 0 FROM {work} "
+        f"UNION ALL SELECT rank, device, low, 0, 0, 0, 2 * slot + 1 FROM ({windows}) AS w "
+        f"UNION ALL SELECT rank, device, high, 0, 0, 0, 2 * slot + 2 FROM ({windows}) AS w"
     )
-    group = f"PARTITION BY {keys}, layer ORDER BY start_ns, end_ns"
-    reach = f"SELECT *, max(end_ns) OVER ({group} {_BEFORE}) AS reach FROM ({layered}) AS layered"
-    opened = (f"SELECT *, sum(CASE WHEN reach IS NULL OR start_ns > reach THEN 1 ELSE 0 END) OVER ({group} {_UPTO}) "
-              f"AS block FROM ({reach}) AS reached")
-    return (f"SELECT {keys}, layer, min(start_ns) AS low, max(end_ns) AS high FROM ({opened}) AS opened "
-            f"GROUP BY {keys}, layer, block")
-
-
-def covered_sql(blocks: str, windows: str, keys: str) -> str:
-    """How much of each layer's union lies in each window: ``keys``, ``window``, ``layer``,
-    ``covered`` (windows with ``keys``, ``window``, ``low``, ``high``; blocks from :func:`blocks_sql`)."""
-    on = " AND ".join(f"b.{k.strip()} = w.{k.strip()}" for k in keys.split(","))
+    order = "PARTITION BY rank, device ORDER BY t, edge"
+    swept = (
+        f"SELECT rank, device, sum(k) OVER ({order} {_UPTO}) AS kernels, sum(c) OVER ({order} {_UPTO}) AS copies, "
+        f"sum(m) OVER ({order} {_UPTO}) AS sets, max(edge) OVER ({order} {_UPTO}) AS state, "
+        f"lead(t) OVER ({order}) - t AS length "
+        f"FROM (SELECT rank, device, t, k, c, m, edge FROM ({events}) AS e (rank, device, t, k, c, m, edge)) AS events"
+    )
+    measures = ("CAST(coalesce(sum(length) FILTER (WHERE kernels > 0), 0) AS BIGINT) AS kernel_ns, "
+                "CAST(coalesce(sum(length) FILTER (WHERE kernels = 0 AND copies > 0), 0) AS BIGINT) AS copy_ns, "
+                "CAST(coalesce(sum(length) FILTER (WHERE kernels + copies + sets > 0), 0) AS BIGINT) AS busy_ns")
     return (
-        f"SELECT {', '.join('w.' + k.strip() for k in keys.split(','))}, w.window, b.layer, "
-        "CAST(sum(least(b.high, w.high) - greatest(b.low, w.low)) AS BIGINT) AS covered "
-        f"FROM ({windows}) AS w JOIN ({blocks}) AS b ON {on} AND b.low < w.high AND b.high > w.low "
-        f"GROUP BY {', '.join('w.' + k.strip() for k in keys.split(','))}, w.window, b.layer"
+        f"WITH swept AS ({swept}) "
+        f"SELECT rank, device, {dialect.int_div('state - 1', '2')} AS slot, {measures} FROM swept "
+        "WHERE length > 0 AND state % 2 = 1 GROUP BY rank, device, state "
+        f"UNION ALL SELECT rank, device, -2 AS slot, {measures} FROM swept WHERE length > 0 GROUP BY rank, device"
     )
 
 
@@ -267,14 +274,22 @@ def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
         statistics are missing (NaN) where no kernel with a linked launch belongs to the row.
     """
     d = run.engine.dialect
-    work = work_sql(d, rank)
+    # The work is read three times below: computed once.
+    narrow = (f"SELECT rank, device, kind, start_ns, end_ns, launch_ns, step_index "
+              f"FROM ({work_sql(d, rank)}) AS work")
+    with run.kept("dlprof_gpu_work", narrow) as work:
+        return _breakdown(run, work, rank)
+
+
+def _breakdown(run: Run, work: str, rank: int | None) -> pd.DataFrame:
+    d = run.engine.dialect
     # Per GPU and step (step -1: the whole run): the work's extent and its counts.
     per_step = run.sql(
-        f"WITH work AS ({work}) SELECT rank, device, coalesce(step_index, -1) AS step_index, "
-        f"min(start_ns) AS first_ns, max(end_ns) AS last_ns, {_delay_columns(d)} FROM work "
+        f"SELECT rank, device, coalesce(step_index, -1) AS step_index, "
+        f"min(start_ns) AS first_ns, max(end_ns) AS last_ns, {_delay_columns(d)} FROM {work} "
         "GROUP BY rank, device, coalesce(step_index, -1) "
         f"UNION ALL SELECT rank, device, -2 AS step_index, min(start_ns), max(end_ns), {_delay_columns(d)} "
-        "FROM work GROUP BY rank, device"
+        f"FROM {work} GROUP BY rank, device"
     )
     if per_step.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
@@ -293,23 +308,17 @@ def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
             windows.append((gpu_rank, device, index, str(name), int(low[index]), int(high[index])))
         whole = figures[(gpu_rank, device, -2)]
         windows.append((gpu_rank, device, -2, ALL, int(whole["first_ns"]), int(whole["last_ns"])))
+    steps_only = [w for w in windows if w[2] >= 0]
     window_rows = " UNION ALL ".join(
-        f"SELECT {r} AS rank, {d.literal(dev)} AS device, {i} AS window, {lo} AS low, {hi} AS high"
-        for r, dev, i, _, lo, hi in windows
-    )
-    layers = tuple((number, f"kind IN {kinds}") for number, kinds in enumerate(_LAYERS))
-    covered = run.query(
-        f"WITH work AS ({work}) "
-        + covered_sql(blocks_sql("SELECT * FROM work", "rank, device", layers), window_rows, "rank, device")
-    )
-    layer_of = {(int(r), str(dev), int(i), int(layer)): int(c) for r, dev, i, layer, c in covered}
+        f"SELECT {r} AS rank, {d.literal(dev)} AS device, {i} AS slot, {lo} AS low, {hi} AS high"
+        for r, dev, i, _, lo, hi in steps_only
+    ) or "SELECT 0 AS rank, '' AS device, 0 AS slot, 0 AS low, 0 AS high WHERE 1 = 0"
+    covered = {(int(r), str(dev), int(i)): (int(k), int(c), int(b))
+               for r, dev, i, k, c, b in run.query(covered_sql(d, work, window_rows))}
     rows = []
     for gpu_rank, device, index, name, low_ns, high_ns in windows:
-        def layer(number: int, key: tuple[int, str, int] = (gpu_rank, device, index)) -> int:
-            return layer_of.get((*key, number), 0)
-
-        span, busy, kernel = high_ns - low_ns, layer(2), layer(0)
-        copies = layer(1) - kernel
+        kernel, copies, busy = covered.get((gpu_rank, device, index), (0, 0, 0))
+        span = high_ns - low_ns
         counts = figures.get((gpu_rank, device, index), {})
         rows.append({
             "rank": gpu_rank, "device": device, "step": name, "start_ns": low_ns, "span_ns": span,

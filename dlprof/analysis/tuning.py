@@ -296,7 +296,7 @@ def kernel_summaries(run: Run) -> list[KernelSummary]:
         "max(registers) AS registers, min(launch_ns) AS launch_ns, "
         "sum(occupancy * dur_ns) AS occupancy_time, "
         "sum(CASE WHEN occupancy IS NOT NULL THEN dur_ns ELSE 0 END) AS occupancy_weight "
-        f"FROM ({kernels}) AS kernels GROUP BY name"
+        f"FROM ({kernels}) AS kernels GROUP BY name ORDER BY name"
     )
     if not summary.rows:
         return []

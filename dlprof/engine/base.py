@@ -53,6 +53,15 @@ class Engine(ABC):
         """Run a query; its result as Arrow record batches, a bounded number held at a time."""
 
     @abstractmethod
+    def keep(self, name: str, sql: str) -> None:
+        """Compute a query once and keep its result as a table named ``name`` (until
+        :meth:`forget`), for an analysis that reads an intermediate result several times."""
+
+    @abstractmethod
+    def forget(self, name: str) -> None:
+        """Drop a table :meth:`keep` made."""
+
+    @abstractmethod
     def relation(self, sql: str) -> Any:
         """A query as the engine's own lazy object (a DuckDB relation, a Spark DataFrame)."""
 

@@ -78,6 +78,15 @@ class DuckDBEngine(Engine):
     def batches(self, sql: str, rows_per_batch: int = 65_536) -> Iterator[pa.RecordBatch]:
         yield from self._execute(sql).to_arrow_reader(rows_per_batch)
 
+    def keep(self, name: str, sql: str) -> None:
+        try:
+            self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
+        except duckdb.IOException as error:
+            raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
+
+    def forget(self, name: str) -> None:
+        self.connection.execute(f"DROP TABLE IF EXISTS {name}")
+
     def relation(self, sql: str) -> Any:
         return self.connection.sql(sql)
 

@@ -136,6 +136,12 @@ class SparkEngine(Engine):
         if pending:
             yield pa.RecordBatch.from_arrays(_columns(pending, schema), schema=schema)
 
+    def keep(self, name: str, sql: str) -> None:
+        self._frame(sql).cache().createOrReplaceTempView(name)
+
+    def forget(self, name: str) -> None:
+        self.session.catalog.dropTempView(name)
+
     def relation(self, sql: str) -> Any:
         return self._frame(sql)
 

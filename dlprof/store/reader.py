@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -101,6 +102,16 @@ class Run:
                 ``rank`` column), in the SQL the run's engine speaks.
         """
         return self._guarded(lambda: self.engine.frame(sql))
+
+    @contextmanager
+    def kept(self, name: str, sql: str) -> Iterator[str]:
+        """Within the block, the result of ``sql`` is a table named ``name`` on the engine,
+        computed once however often the block's queries read it."""
+        self._guarded(lambda: self.engine.keep(name, sql))
+        try:
+            yield name
+        finally:
+            self.engine.forget(name)
 
     def relation(self, table: StoreTable | str) -> Any:
         """One table as the engine's own lazy object, for queries of your own: a DuckDB relation,

@@ -8,6 +8,7 @@ floating-point values in another order).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,8 @@ ANALYSES: dict[str, Analysis] = {
     "diff with itself": lambda run: diff(run, run, per=choose_basis(run, run)),
     "derived metrics per name": lambda run: derived_metrics(run, BUILTINS).values,
     "derived metrics per slice": lambda run: derived_metrics(run, BUILTINS, Grouping.SLICE).values,
-    "kernel summaries": kernel_summaries,
+    "kernel summaries": lambda run: pd.DataFrame(
+        [{k: v for k, v in dataclasses.asdict(summary).items() if k != "per_inst"} for summary in kernel_summaries(run)]),
     "report data": report_data,
 }
 
@@ -77,8 +79,8 @@ def assert_same(duck: Any, spark: Any, label: str) -> None:
         assert len(duck) == len(spark), label
         pd.testing.assert_frame_equal(duck.reset_index(drop=True), spark.reset_index(drop=True),
                                       check_dtype=False, check_exact=False, rtol=1e-9, obj=label)
-    elif isinstance(duck, list | tuple) and duck and all(isinstance(d, pd.DataFrame) for d in duck):
-        assert len(duck) == len(spark), label
+    elif isinstance(duck, list | tuple):
+        assert isinstance(spark, list | tuple) and len(duck) == len(spark), label
         for index, (d, s) in enumerate(zip(duck, spark, strict=True)):
             assert_same(d, s, f"{label}[{index}]")
     elif isinstance(duck, dict):
