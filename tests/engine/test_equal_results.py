@@ -22,9 +22,9 @@ from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
 from dlprof.analysis.diff import choose_basis, diff, work_steps
 from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
+from dlprof.analysis.report_data import report_data
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
-from dlprof.analysis.report_data import report_data
 from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.analysis.tuning import kernel_summaries
 from dlprof.keys import GroupKey, Kind, SortKey
