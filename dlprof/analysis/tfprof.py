@@ -25,6 +25,9 @@ types, also those a ``limit`` leaves out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 
@@ -58,29 +61,36 @@ def percent_columns(measure: str) -> tuple[str, str]:
 OP_VIEW_COLUMNS = ["name", *(c for m in MEASURES for c in (m, *percent_columns(m)))]
 
 
-def op_costs_sql(run: Run, rank: int | None = None) -> str:
-    """What each op cost, by tfprof's definitions (see the module's docstring), as a query.
+@contextmanager
+def kept_op_costs(run: Run, rank: int | None = None) -> Iterator[str]:
+    """What each op cost, by tfprof's definitions (see the module's docstring), kept on the
+    engine for the block's queries (each op's innermost op ancestor is computed once).
 
     Args:
-        run: the run (its engine's dialect spells the query).
+        run: the run.
         rank: only this rank's ops (None: every rank).
 
-    Returns:
-        A query with one row per op: ``rank``, ``id``, ``type``, ``cpu_ns``, ``device_ns``,
-        ``exec_ns`` (their sum), ``bytes`` (requested) and ``flops`` (0 where unknown).
+    Yields:
+        The name of a table with one row per op: ``rank``, ``id``, ``type``, ``cpu_ns``,
+        ``device_ns``, ``exec_ns`` (their sum), ``bytes`` (requested) and ``flops`` (0 where
+        unknown).
     """
-    ancestry = nearest_ancestor(run.engine.dialect, IS_OP, rank)
+    with run.kept("dlprof_op_ancestry", nearest_ancestor(run.engine.dialect, IS_OP, rank)) as ancestry, \
+            run.kept("dlprof_op_costs", _costs_sql(ancestry, rank)) as costs:
+        yield costs
+
+
+def _costs_sql(ancestry: str, rank: int | None) -> str:
     # Work launched, and memory allocated, by a slice counts for the op it is or lies in.
     return (
-        f"WITH ancestry AS ({ancestry}), "
-        "nested AS (SELECT rank, ancestor_id AS id, sum(dur_ns) AS ns FROM ancestry "
+        f"WITH nested AS (SELECT rank, ancestor_id AS id, sum(dur_ns) AS ns FROM {ancestry} "
         "WHERE is_wanted AND ancestor_id IS NOT NULL GROUP BY rank, ancestor_id), "
         f"launched AS (SELECT a.rank, a.own_id AS id, sum(w.dur_ns) AS ns FROM slices w "
         f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
-        "JOIN ancestry a ON a.rank = c.rank AND a.id = c.parent_id "
+        f"JOIN {ancestry} a ON a.rank = c.rank AND a.id = c.parent_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL} AND a.own_id IS NOT NULL GROUP BY a.rank, a.own_id), "
-        "requested AS (SELECT a.rank, a.own_id AS id, sum(m.bytes) AS bytes FROM memory m "
-        "JOIN ancestry a ON a.rank = m.rank AND a.id = m.slice_id "
+        f"requested AS (SELECT a.rank, a.own_id AS id, sum(m.bytes) AS bytes FROM memory m "
+        f"JOIN {ancestry} a ON a.rank = m.rank AND a.id = m.slice_id "
         "WHERE m.bytes > 0 AND a.own_id IS NOT NULL GROUP BY a.rank, a.own_id), "
         "costs AS (SELECT s.rank, s.id, coalesce(s.op_type, s.name) AS type, "
         "CAST(greatest(s.dur_ns - coalesce(n.ns, 0), 0) AS BIGINT) AS cpu_ns, "
@@ -105,8 +115,8 @@ def op_costs(run: Run, rank: int | None = None) -> pd.DataFrame:
         One row per op: ``id``, ``type``, ``cpu_ns``, ``device_ns``, ``exec_ns`` (their sum),
         ``bytes`` (requested) and ``flops`` (0 where unknown).
     """
-    return run.sql(f"SELECT id, type, cpu_ns, device_ns, exec_ns, bytes, flops FROM ({op_costs_sql(run, rank)}) "
-                   "AS costs ORDER BY rank, id")
+    with kept_op_costs(run, rank) as costs:
+        return run.sql(f"SELECT id, type, cpu_ns, device_ns, exec_ns, bytes, flops FROM {costs} ORDER BY rank, id")
 
 
 def op_view(run: Run, by: SortKey = SortKey.MICROS, limit: int | None = None,
@@ -129,12 +139,12 @@ def op_view(run: Run, by: SortKey = SortKey.MICROS, limit: int | None = None,
     """
     if by is SortKey.DEVICE and not has_device_activity(run):
         raise ValueError("--by device: this run has no device activity")
-    table = run.sql(
-        "SELECT type AS name, CAST(sum(bytes) AS BIGINT) AS bytes, CAST(sum(exec_ns) AS BIGINT) AS total_ns, "
-        "CAST(sum(device_ns) AS BIGINT) AS device_ns, CAST(sum(cpu_ns) AS BIGINT) AS cpu_ns, "
-        "count(*) AS occurrence, CAST(sum(flops) AS BIGINT) AS flops "
-        f"FROM ({op_costs_sql(run, rank)}) AS costs GROUP BY type"
-    )
+    with kept_op_costs(run, rank) as costs:
+        table = run.sql(
+            "SELECT type AS name, CAST(sum(bytes) AS BIGINT) AS bytes, CAST(sum(exec_ns) AS BIGINT) AS total_ns, "
+            "CAST(sum(device_ns) AS BIGINT) AS device_ns, CAST(sum(cpu_ns) AS BIGINT) AS cpu_ns, "
+            f"count(*) AS occurrence, CAST(sum(flops) AS BIGINT) AS flops FROM {costs} GROUP BY type"
+        )
     if table.empty:
         return pd.DataFrame(columns=OP_VIEW_COLUMNS)
     table = table.astype({m: "int64" for m in MEASURES})

@@ -32,7 +32,7 @@ import pandas as pd
 
 from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.sql import rank_condition
-from dlprof.analysis.tfprof import IS_OP, op_costs_sql
+from dlprof.analysis.tfprof import IS_OP, kept_op_costs
 from dlprof.keys import Kind, TreeView
 from dlprof.store.reader import Run
 
@@ -183,20 +183,20 @@ _FRAMES = {
 def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min_percent: float) -> pd.DataFrame:
     """One query finds the frames, another sums the ops' execution time per (innermost frame,
     scope); the tree is built from those two small results."""
-    ancestry = nearest_ancestor(run.engine.dialect, _FRAMES[view], rank)
-    frames = run.sql(
-        f"WITH ancestry AS ({ancestry}) SELECT s.id, s.name, s.depth, a.ancestor_id AS enclosing_id "
-        f"FROM ancestry a JOIN slices s ON s.rank = a.rank AND s.id = a.id WHERE a.is_wanted "
-        "ORDER BY s.rank, s.pid, s.tid, s.start_ns, s.dur_ns DESC, s.depth, s.id"
-    )
     scope = "s.scope" if view is TreeView.SCOPE else "CAST(NULL AS STRING)"
-    per_place = run.sql(
-        f"WITH ancestry AS ({ancestry}), costs AS ({op_costs_sql(run, rank)}) "
-        f"SELECT a.ancestor_id AS frame_id, {scope} AS scope, sum(c.exec_ns) AS exec_ns, count(*) AS ops "
-        f"FROM slices s JOIN costs c ON c.rank = s.rank AND c.id = s.id "
-        f"LEFT JOIN ancestry a ON a.rank = s.rank AND a.id = s.id "
-        f"WHERE s.{IS_OP}{rank_condition(rank, 's.rank')} GROUP BY a.ancestor_id, {scope}"
-    )
+    frame_ancestry = nearest_ancestor(run.engine.dialect, _FRAMES[view], rank)
+    with run.kept("dlprof_frame_ancestry", frame_ancestry) as ancestry, kept_op_costs(run, rank) as costs:
+        frames = run.sql(
+            f"SELECT s.id, s.name, s.depth, a.ancestor_id AS enclosing_id "
+            f"FROM {ancestry} a JOIN slices s ON s.rank = a.rank AND s.id = a.id WHERE a.is_wanted "
+            "ORDER BY s.rank, s.pid, s.tid, s.start_ns, s.dur_ns DESC, s.depth, s.id"
+        )
+        per_place = run.sql(
+            f"SELECT a.ancestor_id AS frame_id, {scope} AS scope, sum(c.exec_ns) AS exec_ns, count(*) AS ops "
+            f"FROM slices s JOIN {costs} c ON c.rank = s.rank AND c.id = s.id "
+            f"LEFT JOIN {ancestry} a ON a.rank = s.rank AND a.id = s.id "
+            f"WHERE s.{IS_OP}{rank_condition(rank, 's.rank')} GROUP BY a.ancestor_id, {scope}"
+        )
     nodes = _Nodes()
     if view is TreeView.SCOPE:
         frame_node = _frame_nodes(frames, nodes, layer_label)
