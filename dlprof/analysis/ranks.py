@@ -214,17 +214,27 @@ def _timelines(run: Run) -> list[_Timeline]:
     all_steps = all_steps.assign(step=all_steps["name"], step_number=pd.to_numeric(numbers).astype("Int64"),
                                  step_ns=all_steps["end_ns"] - all_steps["start_ns"])
     communicates = f"(kind = '{Kind.COMM}' OR (kind = '{Kind.KERNEL}' AND {d.matches('name', _COLLECTIVE_KERNEL_SQL)}))"
-    on_device = f"(kind IN {DEVICE_KINDS_SQL} OR (kind = '{Kind.COMM}' AND device <> '{CPU}'))"
-    # Only what this analysis measures, narrow: names only where a collective is named.
-    slices = run.sql(
-        f"SELECT rank, id, pid, tid, kind, start_ns, dur_ns, device = '{CPU}' AS on_cpu, "
-        f"{communicates} AS is_comm, CASE WHEN {communicates} THEN name END AS name FROM slices "
-        f"WHERE (device = '{CPU}' AND (kind = '{Kind.OP}' OR {communicates})) OR {on_device}"
-    ).astype({"start_ns": "int64", "dur_ns": "int64", "is_comm": "bool", "on_cpu": "boolean"})
-    extents = {int(r): (int(lo), int(hi)) for r, lo, hi in run.query(
-        f"SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM slices WHERE device = '{CPU}' GROUP BY rank")}
     device_work = has_device_activity(run)
     gpus = gpu_breakdown(run) if device_work else pd.DataFrame(columns=["rank"])
+    ranks = run.ranks()
+    on_gpu = sorted({int(r) for r in gpus["rank"]})
+    on_cpu = [r for r in ranks if r not in on_gpu]
+
+    def measured(where: str, of_ranks: list[int]) -> pd.DataFrame:
+        """Only what this analysis measures, narrow: names only where a collective is named."""
+        if not of_ranks:
+            return pd.DataFrame(columns=["rank", "id", "pid", "tid", "kind", "start_ns", "dur_ns", "is_comm", "name"])
+        frame = run.sql(
+            f"SELECT rank, id, pid, tid, kind, start_ns, dur_ns, {communicates} AS is_comm, "
+            f"CASE WHEN {communicates} THEN name END AS name FROM slices "
+            f"WHERE ({where}) AND rank IN ({', '.join(str(r) for r in of_ranks)})"
+        )
+        return frame.astype({"start_ns": "int64", "dur_ns": "int64", "is_comm": "bool"})
+
+    cpu_slices = measured(f"device = '{CPU}' AND (kind = '{Kind.OP}' OR {communicates})", on_cpu)
+    gpu_slices = measured(f"kind IN {DEVICE_KINDS_SQL} OR (kind = '{Kind.COMM}' AND device <> '{CPU}')", on_gpu)
+    extents = {int(r): (int(lo), int(hi)) for r, lo, hi in run.query(
+        f"SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM slices WHERE device = '{CPU}' GROUP BY rank")}
     owners = pd.Series(dtype="Int64")
     if device_work:
         found = run.sql(f"SELECT w.id, w.step_index FROM ({work_sql(d)}) AS w JOIN slices s "
@@ -232,17 +242,15 @@ def _timelines(run: Run) -> list[_Timeline]:
                         f"{d.matches('s.name', _COLLECTIVE_KERNEL_SQL)}")
         owners = pd.Series(found["step_index"].to_numpy(), index=found["id"].to_numpy())
     timelines = []
-    for rank in run.ranks():
-        mine = slices[slices["rank"] == rank]
+    for rank in ranks:
         steps = all_steps.loc[all_steps["rank"] == rank, ["step", "step_number", "start_ns", "step_ns"]]
         steps = steps.reset_index(drop=True)
-        rank_gpus = gpus[gpus["rank"] == rank]
-        if len(rank_gpus):
-            on_gpu = mine[~mine["on_cpu"].fillna(False).astype(bool)]
-            timelines.append(_gpu_timeline(rank, on_gpu, steps, rank_gpus, owners))
+        if rank in on_gpu:
+            mine = gpu_slices[gpu_slices["rank"] == rank]
+            timelines.append(_gpu_timeline(rank, mine, steps, gpus[gpus["rank"] == rank], owners))
         else:
-            on_cpu = mine[mine["on_cpu"].fillna(False).astype(bool)]
-            timelines.append(_cpu_timeline(rank, on_cpu, extents.get(rank), steps))
+            mine = cpu_slices[cpu_slices["rank"] == rank]
+            timelines.append(_cpu_timeline(rank, mine, extents.get(rank), steps))
     return timelines
 
 
