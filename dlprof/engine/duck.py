@@ -13,6 +13,7 @@ the largest analyses faster (about twice, on 10 million events) at the cost of m
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from dlprof.engine.sources import TableSource
 
+_ENGINES = itertools.count()
 MEMORY_VARIABLE = "DLPROF_DUCKDB_MEMORY"
 DEFAULT_MEMORY = "256MB"
 
@@ -49,9 +51,12 @@ class DuckDBEngine(Engine):
             self.connection.execute(f"SET memory_limit = {self.dialect.literal(memory)}")
         except duckdb.Error:
             raise EngineError(f"{MEMORY_VARIABLE}={memory}: not a memory size DuckDB reads (e.g. 512MB, 4GB)") from None
-        # Spilled pages go to the system's temporary directory, never into the run or the
-        # working directory (DuckDB's default for an in-memory database is ./.tmp).
-        self.connection.execute(f"SET temp_directory = {self.dialect.literal(tempfile.gettempdir() + '/dlprof-duckdb')}")
+        # Spilled pages go to a directory of this engine's own under the system's temporary one
+        # (DuckDB makes it when it first spills and removes it on close), never into the run or
+        # the working directory (DuckDB's default for an in-memory database is ./.tmp), and never
+        # shared with another process's DuckDB (the ranks of a job read their run at once).
+        spill = f"{tempfile.gettempdir()}/dlprof-duckdb-{os.getpid()}-{next(_ENGINES)}"
+        self.connection.execute(f"SET temp_directory = {self.dialect.literal(spill)}")
         # Results are small and ordered by their queries; insertion order costs memory on scans.
         self.connection.execute("SET preserve_insertion_order = false")
         for source in self.sources.values():
