@@ -11,8 +11,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch==2.13.0 is the CPU build; a looser pin would pull a multi-GB CUDA build. The papi and
 	# gpu extras are small: their tests check CUPTI's record types and say, for real, why PAPI,
-	# NVML and CUPTI cannot count on a machine without a PMU or a GPU.
-	$(BIN)/python -m pip install --quiet -e '.[torch,tf,test,papi,gpu]'
+	# NVML and CUPTI cannot count on a machine without a PMU or a GPU. spark: the tests run every
+	# analysis on Apache Spark in local mode too (Java from `make tools`).
+	$(BIN)/python -m pip install --quiet -e '.[torch,tf,test,papi,gpu,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,10 +26,10 @@ demo: $(STAMP)
 test: $(STAMP) tools
 	$(BIN)/python -m pytest -q
 
-## Programs some tests need: `go tool pprof` (golang-go) to read pprof exports back, and
-## headless Chromium to load the HTML report. Installed with apt when missing and root;
-## otherwise the tests that need them are skipped, each saying why.
-TOOLS := go:golang-go chromium:chromium
+## Programs some tests need: `go tool pprof` (golang-go) to read pprof exports back, headless
+## Chromium to load the HTML report, and Java 17 for Apache Spark (the engine tests). Installed
+## with apt when missing and root; otherwise the tests that need them are skipped, each saying why.
+TOOLS := go:golang-go chromium:chromium java:openjdk-17-jre-headless
 tools:
 	@missing=""; for pair in $(TOOLS); do \
 	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \

@@ -8,8 +8,9 @@
                 train(batch)
             prof.step()
 
-    run = dlprof.load("runs/mine")
-    run.slices  # a pandas DataFrame
+    run = dlprof.load("runs/mine")                # engine="spark" for Apache Spark
+    run.sql("SELECT name, sum(dur_ns) FROM slices GROUP BY name")   # on DuckDB, a DataFrame back
+    run.slices  # the whole table as a pandas DataFrame, read on first use
 """
 
 from __future__ import annotations

@@ -107,3 +107,10 @@ class StoreTable(StrEnum):
     COUNTERS = "counters"
     METRICS = "metrics"
     MEMORY = "memory"
+
+
+class EngineKind(StrEnum):
+    """``--engine``: the query engine that runs the analyses."""
+
+    DUCKDB = "duckdb"  # embedded, out of core: the default
+    SPARK = "spark"  # Apache Spark, for runs larger than one machine (the ``spark`` extra)

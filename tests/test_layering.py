@@ -56,6 +56,8 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.distributed": Layer.CORE,
     "dlprof.store": Layer.STORE,
     "dlprof.support": Layer.SUPPORT,
+    # The query engines are the store's reading side: Run.engine opens one over the run's files.
+    "dlprof.engine": Layer.STORE,
     "dlprof.importers": Layer.IMPORTERS,
     "dlprof.collectors": Layer.COLLECTORS,
     "dlprof.session": Layer.SESSION,

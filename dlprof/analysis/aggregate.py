@@ -1,14 +1,21 @@
 """Flat profiles: slices grouped by name (or name and shape), as tfprof's and TAU's tables show.
 
-Pure functions from a loaded run to DataFrames; the views print them.
+Queries on the run's engine; only the grouped rows come back. :func:`top_rows` gives them as
+plain values (what ``dlprof top`` prints, without loading pandas); :func:`top` as a DataFrame.
 """
 
 from __future__ import annotations
 
-import pandas as pd
+import statistics
+from typing import TYPE_CHECKING, Any
 
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition
+from dlprof.engine.rows import Rows
 from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The columns of a top table, in order; times in nanoseconds.
 TOP_COLUMNS = [
@@ -28,6 +35,9 @@ DEVICE_COLUMN = "device_ns"
 # Metrics from CPU counters measured over step and region slices: shown as extra top columns.
 # (Per-kernel GPU metrics stay with `dlprof metrics`, where they are derived and explained.)
 COUNTER_METRIC_PREFIXES = ("perf:", "papi:")
+# Added by top(per_rank=True): how a row's total time spreads over the ranks.
+PER_RANK_COLUMNS = ["rank_min_ns", "rank_median_ns", "rank_max_ns", "max_rank"]
+UNATTRIBUTED = "(no launching op)"
 
 _SORT_COLUMN = {
     SortKey.MICROS: "total_ns",
@@ -37,18 +47,12 @@ _SORT_COLUMN = {
     SortKey.FLOPS: "flops",
     SortKey.DEVICE: DEVICE_COLUMN,
 }
+_SUMMED = ("total_ns", "self_ns", "bytes", "flops")
 
 
-def slices_of_kind(run: Run, kind: str, rank: int | None = None) -> pd.DataFrame:
-    """The slices of one kind (of one rank, if given)."""
-    slices = run.slices
-    selected = slices[slices["kind"] == str(kind)]
-    if rank is not None:
-        selected = selected[selected["rank"] == rank]
-    return selected
-
-
-UNATTRIBUTED = "(no launching op)"
+def has_device_activity(run: Run) -> bool:
+    """Whether the run holds any kernel, memcpy or memset."""
+    return bool(run.query(f"SELECT 1 FROM slices WHERE kind IN {DEVICE_KINDS_SQL} LIMIT 1").rows)
 
 
 def launches(run: Run) -> pd.DataFrame:
@@ -61,22 +65,112 @@ def launches(run: Run) -> pd.DataFrame:
         Columns ``id`` (the device slice), ``dur_ns`` and ``launcher_id`` (the op; missing when
         the trace links none).
     """
-    slices = run.slices
-    device = slices[slices["kind"].isin(list(DEVICE_KINDS))]
-    runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
-    calls = runtime[["rank", "correlation_id", "parent_id"]].dropna().drop_duplicates(
-        ["rank", "correlation_id"]
-    )
-    joined = device[["id", "rank", "correlation_id", "dur_ns"]].merge(
-        calls, on=["rank", "correlation_id"], how="left"
-    )
-    return joined.rename(columns={"parent_id": "launcher_id"})[["id", "dur_ns", "launcher_id"]]
+    return run.sql(f"SELECT id, dur_ns, launcher_id FROM ({launches_sql()}) AS launches")
 
 
-def device_time_by_launcher(run: Run) -> pd.Series:
-    """Device time (kernels, memcpy, memset) per id of the CPU op that launched it."""
-    linked = launches(run).dropna(subset=["launcher_id"])
-    return linked.groupby("launcher_id")["dur_ns"].sum()
+def kinds_present(run: Run, rank: int | None = None) -> list[str]:
+    """The kinds of slice the run (or one rank of it) holds, most frequent first."""
+    counted = run.query(f"SELECT kind, count(*) AS n FROM slices WHERE TRUE{rank_condition(rank)} "
+                        "GROUP BY kind ORDER BY n DESC, kind")
+    return [str(kind) for kind, _ in counted if kind is not None]
+
+
+def _keys(group_by: GroupKey) -> list[str]:
+    return ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
+
+
+def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None) -> str:
+    """A query of the slices one top table aggregates: its group keys and the measures."""
+    d = run.engine.dialect
+    name = "s.name"
+    joins = ""
+    if group_by is GroupKey.OP and kind in DEVICE_KINDS:
+        joins += (f" LEFT JOIN ({launch_calls()}) AS c ON s.rank = c.rank AND s.correlation_id = c.correlation_id"
+                  " LEFT JOIN slices p ON p.rank = c.rank AND p.id = c.parent_id")
+        name = f"coalesce(p.name, {d.literal(UNATTRIBUTED)})"
+    elif group_by is GroupKey.TYPE:
+        name = "coalesce(s.op_type, s.name)"
+    return (
+        f"SELECT s.id, s.rank, {name} AS name, coalesce(s.input_shapes, '') AS input_shapes, s.dur_ns, "
+        f"s.self_ns, s.bytes, s.flops FROM slices s{joins} "
+        f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}"
+    )
+
+
+def _launched_device_time(run: Run, selection: str, keys: list[str]) -> dict[tuple[Any, ...], int] | None:
+    """Device time per group of the selected slices, from the work each slice launched directly;
+    None when no device work in the run is linked to a launching slice at all."""
+    if not has_device_activity(run):
+        return None
+    key_list = ", ".join(f"s.{k}" for k in keys)
+    # One pass over the links: work launched by slices outside the selection lands in a group of
+    # NULL keys, which also says whether anything was linked at all.
+    found = run.query(
+        f"SELECT {key_list}, CAST(sum(w.dur_ns) AS BIGINT) AS device_ns FROM slices w "
+        f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
+        f"LEFT JOIN ({selection}) AS s ON s.rank = c.rank AND s.id = c.parent_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL} GROUP BY {key_list}"
+    )
+    if not found.rows:
+        return None
+    return {tuple(row[:-1]): int(row[-1]) for row in found}
+
+
+def top_rows(
+    run: Run,
+    kind: str = Kind.OP,
+    by: SortKey = SortKey.MICROS,
+    group_by: GroupKey = GroupKey.NAME,
+    limit: int | None = 15,
+    rank: int | None = None,
+    per_rank: bool = False,
+) -> Rows:
+    """:func:`top`'s table as plain values (see there); what ``dlprof top`` prints."""
+    keys = _keys(group_by)
+    selection = _selection(run, kind, group_by, rank)
+    launched = None if kind in DEVICE_KINDS else _launched_device_time(run, selection, keys)
+    device = kind in DEVICE_KINDS or launched is not None
+    if by is SortKey.DEVICE and not device:
+        raise ValueError("--by device: this run has no device activity")
+    grouped = run.query(
+        f"SELECT {', '.join(keys)}, count(*) AS calls, "
+        + ", ".join(f"CAST(coalesce(sum({c}), 0) AS BIGINT) AS {c}" for c in ("dur_ns", "self_ns", "bytes", "flops"))
+        + ", CAST(min(dur_ns) AS BIGINT) AS min_ns, CAST(max(dur_ns) AS BIGINT) AS max_ns"
+        + f" FROM ({selection}) AS selected GROUP BY {', '.join(keys)}"
+    )
+    if not grouped.rows:
+        return Rows(tuple(TOP_COLUMNS))
+    table = [dict(zip(grouped.columns, row, strict=True)) for row in grouped]
+    for row in table:
+        row["total_ns"] = row.pop("dur_ns")
+        if kind in DEVICE_KINDS:
+            row[DEVICE_COLUMN] = row["total_ns"]
+        elif launched is not None:
+            row[DEVICE_COLUMN] = launched.get(tuple(row[k] for k in keys), 0)
+    metrics = _counter_metrics(run, selection, keys, table)
+    all_self = sum(row["self_ns"] for row in table)
+    for row in table:
+        row["avg_ns"] = row["total_ns"] // max(row["calls"], 1)
+        row["self_pct"] = 100.0 * row["self_ns"] / all_self if all_self else 0.0
+    sort_column = _SORT_COLUMN[by]
+    table.sort(key=lambda row: tuple(row[k] for k in keys[1:]))
+    table.sort(key=lambda row: row["name"])
+    table.sort(key=lambda row: row[sort_column], reverse=True)
+    cumulative = 0.0
+    for row in table:
+        cumulative += row["self_pct"]
+        row["cum_pct"] = cumulative
+    columns = list(TOP_COLUMNS)
+    if group_by is GroupKey.SHAPE:
+        columns.insert(1, "input_shapes")
+    if device:
+        columns.append(DEVICE_COLUMN)
+    columns.extend(metrics)
+    table = table[:limit] if limit else table
+    if per_rank:
+        columns.extend(PER_RANK_COLUMNS)
+        _add_rank_spread(run, selection, keys, table, [rank] if rank is not None else run.ranks())
+    return Rows(tuple(columns), [tuple(row[c] for c in columns) for row in table])
 
 
 def top(
@@ -94,132 +188,74 @@ def top(
         run: the run.
         kind: which slices (``op``, ``module``, ``region``, ``step``, ``kernel``...).
         by: what the rows are sorted by, descending.
-        group_by: one row per name, per (name, input shapes), per type (:func:`op_types`), or,
-            for device kinds, per name of the CPU op that launched the work.
+        group_by: one row per name, per (name, input shapes), per type (the op's logical type,
+            else its name), or, for device kinds, per name of the CPU op that launched the work.
         limit: at most this many rows (None: all).
         rank: only this rank's slices.
-        per_rank: add how each row's total time spreads over the ranks (:func:`rank_spread`).
+        per_rank: add how each row's total time spreads over the ranks (:data:`PER_RANK_COLUMNS`).
 
     Returns:
         One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
         activity, plus ``input_shapes`` when grouped by shape, plus one column per CPU counter
-        metric (``perf:task-clock``...) measured over these slices, summed per group. Percentages are of the total
-        self time of the kind; ``cum_pct`` accumulates them down the sorted table. With
-        ``per_rank``, :data:`PER_RANK_COLUMNS` come last.
+        metric (``perf:task-clock``...) measured over these slices, summed per group.
+        Percentages are of the total self time of the kind; ``cum_pct`` accumulates them down
+        the sorted table. With ``per_rank``, :data:`PER_RANK_COLUMNS` come last: the least,
+        median and most total time one rank spent in the row (a rank without it counts zero),
+        and the rank that spent the most (the lowest on a tie).
+
+    Raises:
+        ValueError: sorting by device time in a run without device activity.
     """
-    selected = slices_of_kind(run, kind, rank)
-    keys = ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
-    if selected.empty:
-        return pd.DataFrame(columns=TOP_COLUMNS)
-    frame = selected.assign(input_shapes=selected["input_shapes"].fillna(""))
-    if group_by is GroupKey.OP and kind in DEVICE_KINDS:
-        frame = frame.assign(name=_launcher_names(run, frame))
-    elif group_by is GroupKey.TYPE:
-        frame = frame.assign(name=op_types(frame))
-    launched = device_time_by_launcher(run)
-    if kind in DEVICE_KINDS:
-        frame = frame.assign(device_ns=frame["dur_ns"])
-    elif not launched.empty:
-        frame = frame.assign(device_ns=frame["id"].map(launched).fillna(0).astype("int64"))
-    elif by is SortKey.DEVICE:
-        raise ValueError("--by device: this run has no device activity")
-    counted = counter_metrics(run, frame["id"])
-    if not counted.empty:
-        frame = frame.join(counted, on="id")
-    grouped = frame.groupby(keys, sort=False, dropna=False)
-    table = grouped.agg(
-        calls=("id", "size"),
-        total_ns=("dur_ns", "sum"),
-        self_ns=("self_ns", "sum"),
-        min_ns=("dur_ns", "min"),
-        max_ns=("dur_ns", "max"),
-        bytes=("bytes", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
-        flops=("flops", lambda s: int(s.sum(min_count=1)) if s.notna().any() else 0),
-        **({DEVICE_COLUMN: (DEVICE_COLUMN, "sum")} if DEVICE_COLUMN in frame else {}),
-        **{metric: (metric, "sum") for metric in counted.columns},
-    ).reset_index()
-    for metric in counted.columns:
-        table[metric] = table[metric].round().astype("int64")
-    for column in ("calls", "total_ns", "self_ns", "min_ns", "max_ns", "bytes", "flops"):
-        table[column] = table[column].astype("int64")
-    table["avg_ns"] = table["total_ns"] // table["calls"].clip(lower=1)
-    all_self = table["self_ns"].sum()
-    table["self_pct"] = 100.0 * table["self_ns"] / all_self if all_self else 0.0
-    table = table.sort_values(
-        [_SORT_COLUMN[by], "name"], ascending=[False, True], kind="stable"
-    ).reset_index(drop=True)
-    table["cum_pct"] = table["self_pct"].cumsum()
-    columns = list(TOP_COLUMNS)
-    if group_by is GroupKey.SHAPE:
-        columns.insert(1, "input_shapes")
-    if DEVICE_COLUMN in table:
-        columns.append(DEVICE_COLUMN)
-    columns.extend(counted.columns)
-    table = table[columns]
-    table = table.head(limit) if limit else table
-    if per_rank:
-        ranks = [rank] if rank is not None else sorted(int(r) for r in run.slices["rank"].unique())
-        table = table.merge(rank_spread(frame, keys, ranks), on=keys, how="left")
-    return table
+    rows = top_rows(run, kind, by, group_by, limit, rank, per_rank)
+    return rows.to_pandas({"calls": "int64", "total_ns": "int64", "self_ns": "int64", "avg_ns": "int64",
+                           "min_ns": "int64", "max_ns": "int64", "bytes": "int64", "flops": "int64",
+                           "self_pct": "float64", "cum_pct": "float64", DEVICE_COLUMN: "int64",
+                           "rank_median_ns": "float64", "max_rank": "int64", "rank_min_ns": "int64",
+                           "rank_max_ns": "int64"})
 
 
-# Added by top(per_rank=True): how a row's total time spreads over the ranks.
-PER_RANK_COLUMNS = ["rank_min_ns", "rank_median_ns", "rank_max_ns", "max_rank"]
-
-
-def rank_spread(frame: pd.DataFrame, keys: list[str], ranks: list[int]) -> pd.DataFrame:
-    """Per group of slices, the least, median and most total time one rank spent in it, and
-    the rank that spent the most.
-
-    Args:
-        frame: slices with a ``rank`` column and the ``keys`` columns.
-        keys: the columns whose values make a group.
-        ranks: the ranks to spread over; a rank without slices in a group counts zero there.
-
-    Returns:
-        The ``keys`` columns and :data:`PER_RANK_COLUMNS`; a tie for the most goes to the
-        lowest rank.
-    """
-    totals = frame.groupby([*keys, "rank"], sort=False, dropna=False)["dur_ns"].sum()
-    per_rank = totals.unstack("rank", fill_value=0).reindex(columns=ranks, fill_value=0)
-    spread = pd.DataFrame({
-        "rank_min_ns": per_rank.min(axis=1).astype("int64"),
-        "rank_median_ns": per_rank.median(axis=1).astype("float64"),
-        "rank_max_ns": per_rank.max(axis=1).astype("int64"),
-        "max_rank": per_rank.idxmax(axis=1).astype("int64"),
-    })
-    return spread.reset_index()
-
-
-def counter_metrics(run: Run, slice_ids: pd.Series) -> pd.DataFrame:
-    """CPU counter metrics of the given slices: one row per slice id, one column per metric."""
-    metrics = run.metrics
-    if metrics.empty:
-        return pd.DataFrame()
-    names = metrics["metric"].astype(str)
-    wanted = metrics[names.str.startswith(COUNTER_METRIC_PREFIXES) & metrics["slice_id"].isin(slice_ids)]
-    if wanted.empty:
-        return pd.DataFrame()
-    pivot = wanted.assign(metric=wanted["metric"].astype(str)).pivot_table(
-        index="slice_id", columns="metric", values="value", aggfunc="sum"
+def _counter_metrics(run: Run, selection: str, keys: list[str], table: list[dict[str, Any]]) -> list[str]:
+    """Add each CPU counter metric measured over the selected slices, summed per group, to the
+    rows (0 where a group has none); returns the metric names, sorted."""
+    d = run.engine.dialect
+    prefixes = " OR ".join(f"m.metric LIKE {d.literal(p + '%')}" for p in COUNTER_METRIC_PREFIXES)
+    if not run.query(f"SELECT 1 FROM metrics m WHERE {prefixes} LIMIT 1").rows:
+        return []
+    key_list = ", ".join(f"s.{k}" for k in keys)
+    sums = run.query(
+        f"SELECT {key_list}, m.metric, sum(m.value) AS value FROM metrics m "
+        f"JOIN ({selection}) AS s ON m.rank = s.rank AND m.slice_id = s.id WHERE {prefixes} "
+        f"GROUP BY {key_list}, m.metric"
     )
-    pivot.columns = [str(c) for c in pivot.columns]
-    return pivot
+    names = sorted({str(row[len(keys)]) for row in sums})
+    found = {(tuple(row[: len(keys)]), str(row[len(keys)])): float(row[-1]) for row in sums}
+    for row in table:
+        key = tuple(row[k] for k in keys)
+        for name in names:
+            row[name] = round(found.get((key, name), 0.0))
+    return names
+
+
+def _add_rank_spread(run: Run, selection: str, keys: list[str], table: list[dict[str, Any]],
+                     ranks: list[int]) -> None:
+    """Add :data:`PER_RANK_COLUMNS` to each row: its total time per rank, spread."""
+    key_list = ", ".join(keys)
+    totals = run.query(
+        f"SELECT {key_list}, rank, CAST(sum(dur_ns) AS BIGINT) AS ns FROM ({selection}) AS s "
+        f"GROUP BY {key_list}, rank"
+    )
+    per_rank: dict[tuple[Any, ...], dict[int, int]] = {}
+    for row in totals:
+        per_rank.setdefault(tuple(row[: len(keys)]), {})[int(row[-2])] = int(row[-1])
+    for row in table:
+        spent = per_rank.get(tuple(row[k] for k in keys), {})
+        values = [spent.get(r, 0) for r in ranks]
+        most = max(values)
+        row.update(rank_min_ns=min(values), rank_median_ns=float(statistics.median(values)),
+                   rank_max_ns=most, max_rank=ranks[values.index(most)])
 
 
 def op_types(slices: pd.DataFrame) -> pd.Series:
     """Each slice's logical type (``MatMul``) where the source recorded one, else its name
     (PyTorch records none: ``aten::mm`` is both)."""
     return slices["op_type"].astype(object).fillna(slices["name"].astype(object)).astype(str)
-
-
-def _launcher_names(run: Run, device: pd.DataFrame) -> pd.Series:
-    """The name of the op that launched each device slice (or :data:`UNATTRIBUTED`)."""
-    names = run.slices.set_index("id")["name"]
-    launcher = device["id"].map(launches(run).set_index("id")["launcher_id"])
-    return launcher.map(names).fillna(UNATTRIBUTED).astype(str)
-
-
-def kinds_present(run: Run) -> list[str]:
-    """The kinds of slice the run holds, most frequent first."""
-    return [str(kind) for kind in run.slices["kind"].value_counts().index]

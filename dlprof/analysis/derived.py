@@ -332,7 +332,7 @@ def derived_metrics(
     Raises:
         FormulaError: a name that could mean two counters of the run.
     """
-    names = _Names(str(m) for m in run.metrics["metric"].unique())
+    names = _Names(str(m) for m, in run.query("SELECT DISTINCT metric FROM metrics WHERE metric IS NOT NULL"))
     unavailable: dict[str, str] = {}
     lacking: dict[str, tuple[str, ...]] = {}
     planned: list[tuple[DerivedMetric, set[str]]] = []
@@ -343,22 +343,20 @@ def derived_metrics(
             lacking[metric.name] = tuple(missing)
         else:
             planned.append((metric, columns))
-    frame = _frame(run, kinds, set().union(*(c for _, c in planned)))
-    if group_by is Grouping.SLICE:
-        table = frame[["id", "name", "kind"]].reset_index(drop=True)
-    else:
-        table = frame.groupby("name", sort=False).size().rename("calls").reset_index()
+    inputs = _Inputs(run, kinds, set().union(*(c for _, c in planned)))
+    table = inputs.per_slice() if group_by is Grouping.SLICE else inputs.group_sizes()
     computed: list[DerivedMetric] = []
     for metric, columns in planned:
         if group_by is Grouping.SLICE:
-            values = names.evaluate(metric.parsed, lambda c: frame[c].to_numpy(), len(frame))
+            values = names.evaluate(metric.parsed, lambda c: table[inputs.alias[c]].to_numpy(np.float64), len(table))
         else:
-            values = _group_values(frame, table["name"], metric, columns, names)
+            values = _group_values(inputs, table["name"], metric, columns, names)
         if np.isnan(values).all():
-            unavailable[metric.name] = _why_none(frame, columns)
+            unavailable[metric.name] = inputs.why_none(columns)
             continue
         table[metric.name] = values
         computed.append(metric)
+    table = table[[c for c in table.columns if c not in inputs.alias.values()]]
     measured = [m.name for m in computed]
     table = table[table[measured].notna().any(axis=1)] if measured else table.iloc[0:0]
     if measured:
@@ -366,29 +364,73 @@ def derived_metrics(
     return DerivedTable(table.reset_index(drop=True), unavailable, tuple(computed), lacking)
 
 
-def _frame(run: Run, kinds: Sequence[str], columns: set[str]) -> pd.DataFrame:
-    """The selected slices with one float column per input a formula reads."""
-    slices, metrics = run.slices, run.metrics
-    if kinds:
-        selected = slices[slices["kind"].isin(list(kinds))]
-    elif not metrics.empty:
-        selected = slices[slices["id"].isin(metrics["slice_id"])]
-    else:  # no counters: formulas over time and flops may still apply to any slice
-        selected = slices
-    selected = selected.reset_index(drop=True)
-    wanted = metrics[metrics["metric"].isin(sorted(columns))]
-    wide = wanted.pivot_table(index="slice_id", columns="metric", values="value", aggfunc="sum")
-    # A counter the run has but none of these slices: a column of NaN all the same.
-    out = {c: np.full(len(selected), np.nan) for c in columns}
-    out |= {str(c): selected["id"].map(wide[c]).to_numpy(np.float64, na_value=np.nan) for c in wide}
-    placeholder = selected["kind"].isin(list(PLACEHOLDER_DURATION_KINDS)).to_numpy()
-    seconds = selected["dur_ns"].to_numpy(np.float64, na_value=np.nan) / 1e9
-    out[Special.TIME.value] = np.where(placeholder, np.nan, seconds)
-    out[Special.FLOPS.value] = selected["flops"].to_numpy(np.float64, na_value=np.nan)
-    warps = selected["device"].map(_max_warps_per_sm(run.manifest.devices))
-    out[Special.MAX_WARPS_PER_SM.value] = warps.to_numpy(np.float64, na_value=np.nan)
-    inputs = pd.DataFrame(out, index=selected.index)
-    return pd.concat([selected[["id", "name", "kind"]], inputs], axis=1)
+class _Inputs:
+    """The selected slices and, per slice, each input a formula reads, as one query: counters
+    summed per slice, the slice's duration in seconds, its flops, its GPU's warps per SM."""
+
+    def __init__(self, run: Run, kinds: Sequence[str], columns: set[str]) -> None:
+        self.run = run
+        d = run.engine.dialect
+        # Inputs are named in0, in1... in the query: a counter's name is no SQL identifier.
+        self.alias = {column: f"in{i}" for i, column in enumerate(sorted(columns | set(Special)))}
+        if kinds:
+            selected = f"s.kind IN {d.literals(tuple(kinds))}"
+        elif run.query("SELECT 1 FROM metrics LIMIT 1").rows:
+            selected = "s.id IN (SELECT slice_id FROM metrics WHERE slice_id IS NOT NULL)"
+        else:  # no counters: formulas over time and flops may still apply to any slice
+            selected = "TRUE"
+        counters = sorted(columns - set(Special))
+        sums = "".join(f", sum(CASE WHEN metric = {d.literal(c)} THEN value END) AS {self.alias[c]}"
+                       for c in counters)
+        wanted = f"WHERE metric IN {d.literals(tuple(counters))}" if counters else "WHERE FALSE"
+        placeholders = d.literals(tuple(PLACEHOLDER_DURATION_KINDS))
+        warps = _max_warps_per_sm(run.manifest.devices)
+        per_device = " ".join(f"WHEN {d.literal(k)} THEN {v!r}" for k, v in sorted(warps.items()))
+        inputs = "".join(f", m.{self.alias[c]}" for c in counters)
+        self.sql = (
+            f"WITH counted AS (SELECT rank, slice_id{sums} FROM metrics {wanted} GROUP BY rank, slice_id) "
+            f"SELECT s.id, s.name, s.kind{inputs}, "
+            f"CASE WHEN s.kind IN {placeholders} THEN NULL ELSE s.dur_ns / 1e9 END AS {self.alias[Special.TIME]}, "
+            f"CAST(s.flops AS DOUBLE) AS {self.alias[Special.FLOPS]}, "
+            f"{f'CASE s.device {per_device} END' if per_device else 'CAST(NULL AS DOUBLE)'} "
+            f"AS {self.alias[Special.MAX_WARPS_PER_SM]}, s.rank, s.pid, s.device, s.tid, s.start_ns, s.dur_ns, s.depth "
+            f"FROM slices s LEFT JOIN counted m ON m.rank = s.rank AND m.slice_id = s.id WHERE {selected}"
+        )
+
+    def per_slice(self) -> pd.DataFrame:
+        """One row per selected slice: ``id``, ``name``, ``kind`` and the inputs, in track order."""
+        columns = ", ".join(["id", "name", "kind", *self.alias.values()])
+        frame = self.run.sql(f"SELECT {columns} FROM ({self.sql}) AS inputs "
+                             "ORDER BY rank, pid, device, tid, start_ns, dur_ns DESC, depth, id")
+        return frame.astype({a: "float64" for a in self.alias.values()})
+
+    def group_sizes(self) -> pd.DataFrame:
+        """One row per name of the selected slices: ``name``, ``calls``."""
+        return self.run.sql(f"SELECT name, count(*) AS calls FROM ({self.sql}) AS inputs GROUP BY name")
+
+    def group_sums(self, columns: set[str]) -> pd.DataFrame:
+        """Per name, each input summed over the slices that have all of ``columns`` (the mean for
+        a device constant), indexed by name."""
+        complete = " AND ".join(f"{self.alias[c]} IS NOT NULL" for c in sorted(columns)) or "TRUE"
+        sums = ", ".join(
+            f"{'avg' if c in _DEVICE_CONSTANTS else 'sum'}({self.alias[c]}) AS {self.alias[c]}" for c in sorted(columns)
+        )
+        summed = self.run.sql(f"SELECT name, {sums} FROM ({self.sql}) AS inputs WHERE {complete} GROUP BY name")
+        return summed.set_index("name").astype("float64")
+
+    def why_none(self, columns: set[str]) -> str:
+        """Why a metric whose names the run has still has no value on the selected slices."""
+        placeholders = self.run.engine.dialect.literals(tuple(PLACEHOLDER_DURATION_KINDS))
+        total, timed, placeholder, warps = self.run.query(
+            f"SELECT count(*), count({self.alias[Special.TIME]}), count(*) FILTER (WHERE kind IN {placeholders}), "
+            f"count({self.alias[Special.MAX_WARPS_PER_SM]}) FROM ({self.sql}) AS inputs").rows[0]
+        if not total:
+            return "no slices selected"
+        if Special.TIME in columns and not timed and placeholder == total:
+            return f"time is unknown: {PROFILER_RANGE} durations are placeholders"
+        if Special.MAX_WARPS_PER_SM in columns and not warps:
+            return "max_warps_per_sm is unknown: the run has no device properties for these slices"
+        return f"no selected slice has all of {', '.join(sorted(columns))} with a non-zero divisor"
 
 
 def _max_warps_per_sm(devices: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -402,27 +444,12 @@ def _max_warps_per_sm(devices: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _group_values(
-    frame: pd.DataFrame, groups: pd.Series, metric: DerivedMetric, columns: set[str], names: _Names
+    inputs: _Inputs, groups: pd.Series, metric: DerivedMetric, columns: set[str], names: _Names
 ) -> Values:
     """One value per group: each input summed over the group's complete slices, then the formula."""
-    inputs = sorted(columns)
-    grouped = frame[[*inputs, "name"]].dropna().groupby("name", sort=False)
-    summed = {c: grouped[c].mean() if c in _DEVICE_CONSTANTS else grouped[c].sum() for c in inputs}
+    summed = inputs.group_sums(columns)
 
     def env(column: str) -> Values:
-        return np.asarray(groups.map(summed[column]).to_numpy(np.float64, na_value=np.nan))
+        return np.asarray(groups.map(summed[inputs.alias[column]]).to_numpy(np.float64, na_value=np.nan))
 
     return names.evaluate(metric.parsed, env, len(groups))
-
-
-def _why_none(frame: pd.DataFrame, columns: set[str]) -> str:
-    """Why a metric whose names the run has still has no value on the selected slices."""
-    if frame.empty:
-        return "no slices selected"
-    if Special.TIME in columns and frame[Special.TIME].isna().all():
-        if frame["kind"].isin(list(PLACEHOLDER_DURATION_KINDS)).all():
-            return f"time is unknown: {PROFILER_RANGE} durations are placeholders"
-    if Special.MAX_WARPS_PER_SM in columns and frame[Special.MAX_WARPS_PER_SM].isna().all():
-        return "max_warps_per_sm is unknown: the run has no device properties for these slices"
-    inputs = ", ".join(sorted(columns))
-    return f"no selected slice has all of {inputs} with a non-zero divisor"

@@ -32,6 +32,8 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
+from dlprof.analysis.ancestry import nested_in_same
+from dlprof.analysis.sql import rank_condition
 from dlprof.keys import DiffBasis, Kind
 from dlprof.store.reader import Run
 
@@ -73,11 +75,6 @@ DIFF_COLUMNS = [
 TOTAL_NAME = "[total]"
 
 
-def _of_rank(run: Run, rank: int | None) -> pd.DataFrame:
-    slices = run.slices
-    return slices if rank is None else slices[slices["rank"] == rank]
-
-
 def work_steps(run: Run, rank: int | None = None) -> int:
     """How many steps hold work: step slices with at least one slice nested in them.
 
@@ -88,9 +85,12 @@ def work_steps(run: Run, rank: int | None = None) -> int:
     Returns:
         The number of steps, 0 when the run records none.
     """
-    slices = _of_rank(run, rank)
-    step_ids = slices.loc[slices["kind"] == Kind.STEP, "id"]
-    return int(step_ids.isin(slices["parent_id"].dropna()).sum())
+    only = rank_condition(rank)
+    counted = run.query(
+        f"SELECT count(*) FROM slices WHERE kind = '{Kind.STEP}'{only} AND id IN "
+        f"(SELECT parent_id FROM slices WHERE parent_id IS NOT NULL{only})"
+    )
+    return int(counted.rows[0][0])
 
 
 def choose_basis(run_a: Run, run_b: Run, ranks: RankPair = ALL_RANKS,
@@ -189,8 +189,8 @@ def _steps(run: Run, rank: int | None) -> int:
 def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair,
              steps: tuple[int, int] | None) -> pd.DataFrame:
     """One kind's total row and name rows, per step when each run's steps are given."""
-    side_a, total_a = _side(_of_rank(run_a, ranks[0]), kind)
-    side_b, total_b = _side(_of_rank(run_b, ranks[1]), kind)
+    side_a, total_a = _side(run_a, ranks[0], kind)
+    side_b, total_b = _side(run_b, ranks[1], kind)
     names = side_a.join(side_b, how="outer", suffixes=("_a", "_b"))
     present_a, present_b = names["calls_a"].notna(), names["calls_b"].notna()
     names = names.fillna(0)
@@ -221,27 +221,17 @@ def _section(run_a: Run, run_b: Run, kind: str, ranks: RankPair,
     return pd.concat([out.iloc[:1], out.loc[order]], ignore_index=True)
 
 
-def _side(slices: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, float]:
-    """One run's slices of one kind: calls and time per name (index), and the kind's total."""
-    of_kind = slices[slices["kind"] == str(kind)]
-    per_name = of_kind.groupby("name", sort=False).agg(calls=("id", "size"), time=("dur_ns", "sum"))
-    per_name = per_name.astype("float64")
-    outermost = of_kind.loc[~_inside_same_kind(slices, of_kind), "dur_ns"]
-    return per_name, float(outermost.sum())
-
-
-def _inside_same_kind(slices: pd.DataFrame, of_kind: pd.DataFrame) -> pd.Series:
-    """For each slice of ``of_kind``, whether an ancestor (any number of levels up) has its kind."""
-    by_id = slices.set_index("id")
-    parent_of, kind_of = by_id["parent_id"], by_id["kind"]
-    kind = of_kind["kind"].iloc[0] if len(of_kind) else ""
-    inside = pd.Series(False, index=of_kind.index)
-    ancestor = of_kind["parent_id"]
-    # One step up the tree per pass, for every slice at once: as many passes as the nesting is
-    # deep. The bound only guards against a parent cycle in a damaged run.
-    for _ in range(len(slices) + 1):
-        if not ancestor.notna().any():
-            break
-        inside |= (ancestor.map(kind_of) == kind).fillna(False).astype(bool)
-        ancestor = ancestor.map(parent_of)
-    return inside
+def _side(run: Run, rank: int | None, kind: str) -> tuple[pd.DataFrame, float]:
+    """One run's slices of one kind: calls and time per name (index), and the kind's total, which
+    leaves out the slices inside another of the same kind."""
+    d = run.engine.dialect
+    where = f"kind = {d.literal(str(kind))}{rank_condition(rank)}"
+    per_name = run.sql(
+        f"WITH nesting AS ({nested_in_same('kind', where)}) SELECT s.name, count(*) AS calls, "
+        "sum(s.dur_ns) AS time, sum(CASE WHEN n.nested THEN 0 ELSE s.dur_ns END) AS outermost "
+        f"FROM slices s JOIN nesting n ON n.rank = s.rank AND n.id = s.id GROUP BY s.name"
+    )
+    total = float(per_name["outermost"].sum()) if len(per_name) else 0.0
+    per_name = per_name.set_index("name")[["calls", "time"]].astype("float64")
+    per_name.index = per_name.index.astype(object)
+    return per_name, total

@@ -23,14 +23,23 @@ Definitions (nanoseconds throughout):
   end, all of its work (the only row of a run without steps).
 - Launch delay: a kernel's start minus the start of the runtime call that launched it, for
   kernels linked to one; it includes any wait behind earlier work on the stream.
+
+Everything proportional to the device work is a query on the engine: each slice's step (a
+window over the rank's steps and work in time order), the union of each GPU's intervals (merged
+into blocks by a running maximum), the blocks' overlap with each window, and the counts and delay
+percentiles. Only per-step rows come back; the windows are drawn from per-step figures in Python.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
-from dlprof.keys import DEVICE_KINDS, Kind
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition
+from dlprof.engine.dialect import Dialect
+from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 ALL = "all"  # the step column of a GPU's whole-run row
@@ -65,10 +74,50 @@ BREAKDOWN_COLUMNS = [
 WORK_COLUMNS = [
     "id", "rank", "device", "kind", "stream", "start_ns", "end_ns", "launch_ns", "step", "step_index"
 ]
+_BEFORE = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
+_UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
 
-def _of_rank(frame: pd.DataFrame, rank: int | None) -> pd.DataFrame:
-    return frame if rank is None else frame[frame["rank"] == rank]
+def steps_sql(rank: int | None = None) -> str:
+    """The CPU's training steps: ``rank``, ``name``, ``start_ns``, ``end_ns`` and ``step_index``
+    (the step's position among its rank's steps, by start)."""
+    return (
+        "SELECT rank, name, start_ns, start_ns + dur_ns AS end_ns, CAST(row_number() OVER ("
+        "PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) AS step_index "
+        f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
+    )
+
+
+def work_sql(dialect: Dialect, rank: int | None = None) -> str:
+    """Every kernel, memcpy and memset with its launch and its step, as a query of
+    :data:`WORK_COLUMNS` (see :func:`device_work`)."""
+    work = (
+        f"SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.start_ns + w.dur_ns AS end_ns, "
+        f"c.start_ns AS launch_ns FROM slices w LEFT JOIN ({launch_calls(with_parent=False)}) AS c "
+        f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}"
+    )
+    # Each piece of work and each step start in time order per rank: the last step started at or
+    # before the work's launch (or start) is its step, if the work came before that step ended.
+    marks = (
+        "SELECT rank, start_ns AS t, 0 AS is_work, step_index, end_ns AS step_end, name AS step_name, "
+        "CAST(NULL AS BIGINT) AS id FROM steps "
+        "UNION ALL SELECT rank, coalesce(launch_ns, start_ns) AS t, 1 AS is_work, CAST(NULL AS BIGINT), "
+        "CAST(NULL AS BIGINT), CAST(NULL AS STRING), id FROM work"
+    )
+    frame = f"OVER (PARTITION BY rank ORDER BY t, is_work {_UPTO})"
+    placed = (
+        f"SELECT rank, id, t, {dialect.last_non_null('step_index')} {frame} AS step_index, "
+        f"{dialect.last_non_null('step_end')} {frame} AS step_end, "
+        f"{dialect.last_non_null('step_name')} {frame} AS step_name, is_work FROM marks"
+    )
+    return (
+        f"WITH steps AS ({steps_sql(rank)}), work AS ({work}), marks AS ({marks}), placed AS ({placed}) "
+        "SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.end_ns, w.launch_ns, "
+        "CASE WHEN p.t < p.step_end THEN p.step_name END AS step, "
+        "CASE WHEN p.t < p.step_end THEN p.step_index END AS step_index "
+        "FROM work w JOIN placed p ON p.is_work = 1 AND p.rank = w.rank AND p.id = w.id"
+    )
 
 
 def cpu_steps(run: Run, rank: int | None = None) -> pd.DataFrame:
@@ -81,17 +130,9 @@ def cpu_steps(run: Run, rank: int | None = None) -> pd.DataFrame:
     Returns:
         Columns ``rank``, ``name``, ``start_ns``, ``end_ns``; one row per step slice.
     """
-    slices = _of_rank(run.slices, rank)
-    steps = slices[(slices["kind"] == Kind.STEP) & (slices["device"] == "cpu")]
-    frame = pd.DataFrame(
-        {
-            "rank": steps["rank"].astype("int64"),
-            "name": steps["name"].astype(str),
-            "start_ns": steps["start_ns"].astype("int64"),
-            "end_ns": (steps["start_ns"] + steps["dur_ns"]).astype("int64"),
-        }
-    )
-    return frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    steps = run.sql(f"SELECT rank, name, start_ns, end_ns FROM ({steps_sql(rank)}) AS steps "
+                    "ORDER BY rank, step_index")
+    return steps.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
 
 
 def device_work(run: Run, rank: int | None = None) -> pd.DataFrame:
@@ -109,58 +150,9 @@ def device_work(run: Run, rank: int | None = None) -> pd.DataFrame:
         (the step's name) and ``step_index`` (its position among the rank's steps in
         :func:`cpu_steps`) are missing where the work belongs to no step.
     """
-    slices = _of_rank(run.slices, rank)
-    device = slices[slices["kind"].isin([str(k) for k in DEVICE_KINDS])]
-    runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
-    # One call per correlation id, as launches() keeps; a repeated id would duplicate work.
-    calls = (
-        runtime[["rank", "correlation_id", "start_ns"]]
-        .drop_duplicates(["rank", "correlation_id"])
-        .rename(columns={"start_ns": "launch_ns"})
-    )
-    work = device[["id", "rank", "device", "kind", "stream", "start_ns", "dur_ns", "correlation_id"]]
-    work = work[work["correlation_id"].notna()].merge(calls, on=["rank", "correlation_id"], how="left")
-    unlinked = device[device["correlation_id"].isna()].assign(launch_ns=pd.NA)
-    work = pd.concat([work, unlinked[work.columns]], ignore_index=True) if len(unlinked) else work
-    work = work.assign(
-        rank=work["rank"].astype("int64"),
-        device=work["device"].astype(str),
-        kind=work["kind"].astype(str),
-        start_ns=work["start_ns"].astype("int64"),
-        end_ns=(work["start_ns"] + work["dur_ns"]).astype("int64"),
-        launch_ns=work["launch_ns"].astype("Int64"),
-    )
-    steps = cpu_steps(run, rank)
-    index = _step_of(work, steps)
-    work["step_index"] = index
-    work["step"] = _step_names(work["rank"], index, steps)
-    return work[WORK_COLUMNS].sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(
-        drop=True
-    )
-
-
-def _step_of(work: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """The position among its rank's steps of the step each device slice belongs to, or missing."""
-    result = pd.Series(pd.NA, index=work.index, dtype="Int64")
-    # Launch time where known: a step's work often runs after the step has ended on the CPU.
-    when = work["launch_ns"].fillna(work["start_ns"]).astype("int64")
-    for rank, rank_steps in steps.groupby("rank"):
-        mine = work["rank"] == rank
-        starts = rank_steps["start_ns"].to_numpy()
-        ends = rank_steps["end_ns"].to_numpy()
-        times = when[mine].to_numpy()
-        index = np.searchsorted(starts, times, side="right") - 1
-        inside = (index >= 0) & (times < ends[np.maximum(index, 0)])
-        result[mine] = pd.array(np.where(inside, index, -1), dtype="Int64")
-    return result.mask(result < 0)
-
-
-def _step_names(ranks: pd.Series, index: pd.Series, steps: pd.DataFrame) -> pd.Series:
-    """Step names from (rank, position among the rank's steps)."""
-    position = steps.groupby("rank").cumcount()
-    names = dict(zip(zip(steps["rank"], position, strict=True), steps["name"], strict=True))
-    keys = zip(ranks.tolist(), index.tolist(), strict=True)
-    return pd.Series([names.get(key) for key in keys], index=index.index, dtype=object)
+    work = run.sql(f"SELECT * FROM ({work_sql(run.engine.dialect, rank)}) AS work "
+                   "ORDER BY rank, device, start_ns, id")
+    return work.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})[WORK_COLUMNS]
 
 
 class Coverage:
@@ -196,92 +188,77 @@ class Coverage:
         return covered
 
 
-def _windows(gpu_work: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's window on one GPU (see the module's docstring)."""
-    last_end = gpu_work.dropna(subset=["step_index"]).groupby("step_index")["end_ns"].max()
-    work_end = np.full(len(steps), np.iinfo(np.int64).min, dtype=np.int64)
-    work_end[last_end.index.to_numpy(dtype=np.int64)] = last_end.to_numpy(dtype=np.int64)
-    ends = np.maximum(steps["end_ns"].to_numpy(), work_end)
-    previous = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
-    starts = np.minimum(np.maximum(steps["start_ns"].to_numpy(), previous), ends)
-    return starts, ends
+def covered_sql(dialect: Dialect, work: str, windows: str) -> str:
+    """Each GPU's busy time per window, split kernels first, then memcpy, then memset.
+
+    One sweep over each GPU's work in time order: every start and end changes a running count
+    of open kernels, copies and sets, and every window's edges change a running state (entered
+    window i, left it); between two consecutive instants the GPU is busy with whatever count is
+    positive, so each piece of time goes to one kind and to the window it lies in.
+
+    Args:
+        dialect: the engine's dialect.
+        work: a table of device work (``rank``, ``device``, ``kind``, ``start_ns``, ``end_ns``).
+        windows: a query of ``rank``, ``device``, ``slot`` (numbering a GPU's windows from 0, in
+            time order; they do not overlap), ``low``, ``high``.
+
+    Returns:
+        A query of ``rank``, ``device``, ``slot`` (-2 for the whole run), ``kernel_ns``,
+        ``copy_ns`` (memcpy time outside kernels) and ``busy_ns``.
+    """
+    def delta(kind: str, sign: int) -> str:
+        return f"CASE WHEN kind = '{kind}' THEN {sign} ELSE 0 END"
+
+    kinds = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    events = (
+        f"SELECT rank, device, start_ns AS t, {', '.join(delta(k, 1) for k in kinds)}, 0 AS edge FROM {work} "
+        f"UNION ALL SELECT rank, device, end_ns, {', '.join(delta(k, -1) for k in kinds)}, 0 FROM {work} "
+        f"UNION ALL SELECT rank, device, low, 0, 0, 0, 2 * slot + 1 FROM ({windows}) AS w "
+        f"UNION ALL SELECT rank, device, high, 0, 0, 0, 2 * slot + 2 FROM ({windows}) AS w"
+    )
+    order = "PARTITION BY rank, device ORDER BY t, edge"
+    swept = (
+        f"SELECT rank, device, sum(k) OVER ({order} {_UPTO}) AS kernels, sum(c) OVER ({order} {_UPTO}) AS copies, "
+        f"sum(m) OVER ({order} {_UPTO}) AS sets, max(edge) OVER ({order} {_UPTO}) AS state, "
+        f"lead(t) OVER ({order}) - t AS length "
+        f"FROM (SELECT rank, device, t, k, c, m, edge FROM ({events}) AS e (rank, device, t, k, c, m, edge)) AS events"
+    )
+    measures = ("CAST(coalesce(sum(length) FILTER (WHERE kernels > 0), 0) AS BIGINT) AS kernel_ns, "
+                "CAST(coalesce(sum(length) FILTER (WHERE kernels = 0 AND copies > 0), 0) AS BIGINT) AS copy_ns, "
+                "CAST(coalesce(sum(length) FILTER (WHERE kernels + copies + sets > 0), 0) AS BIGINT) AS busy_ns")
+    return (
+        f"WITH swept AS ({swept}) "
+        f"SELECT rank, device, {dialect.int_div('state - 1', '2')} AS slot, {measures} FROM swept "
+        "WHERE length > 0 AND state % 2 = 1 GROUP BY rank, device, state "
+        f"UNION ALL SELECT rank, device, -2 AS slot, {measures} FROM swept WHERE length > 0 GROUP BY rank, device"
+    )
 
 
-def _delay_stats(delays: np.ndarray) -> dict[str, float]:
-    if len(delays) == 0:
-        nan = float("nan")
-        return {"delay_mean_ns": nan, "delay_p50_ns": nan, "delay_p95_ns": nan, "delay_max_ns": nan}
-    # numpy's default (linear) interpolation between ranks, as pandas' quantile.
-    p50, p95 = np.percentile(delays, [50, 95])
-    return {
-        "delay_mean_ns": float(delays.mean()),
-        "delay_p50_ns": float(p50),
-        "delay_p95_ns": float(p95),
-        "delay_max_ns": float(delays.max()),
-    }
-
-
-def _counts(work: pd.DataFrame) -> dict[str, float | int]:
-    kinds = work["kind"].to_numpy()
-    kernels = work[kinds == Kind.KERNEL]
-    linked = kernels[kernels["launch_ns"].notna()]
-    # Integers all the way: epoch nanoseconds pass through a float with a few hundred ns lost.
-    delays = linked["start_ns"].to_numpy(dtype=np.int64) - linked["launch_ns"].to_numpy(dtype=np.int64)
-    return {
-        "kernels": int((kinds == Kind.KERNEL).sum()),
-        "memcpys": int((kinds == Kind.MEMCPY).sum()),
-        "memsets": int((kinds == Kind.MEMSET).sum()),
-        "launches": len(delays),
-        **_delay_stats(delays),
-    }
-
-
-def _gpu_rows(rank: int, device: str, work: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, object]]:
-    """The rows of one GPU: one per step of its rank, then its whole-run row."""
-    kinds = work["kind"].to_numpy()
-    starts, ends = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
-    # Nested coverages give the kernel-first split: each kind adds what the ones before lack.
-    layers = [
-        Coverage(starts[mask], ends[mask])
-        for mask in (kinds == Kind.KERNEL, np.isin(kinds, [Kind.KERNEL, Kind.MEMCPY]), np.ones(len(kinds), bool))
-    ]
-    low, high = _windows(work, steps)
-    names = steps["name"].tolist()
-    low = np.append(low, starts.min())
-    high = np.append(high, ends.max())
-    covered = [layer.within(low, high) for layer in layers]
-    groups = dict(tuple(work.groupby("step_index")))
-    rows: list[dict[str, object]] = []
-    for i, name in enumerate([*names, ALL]):
-        mine = work if i == len(names) else groups.get(i, work.iloc[:0])
-        span, busy = int(high[i] - low[i]), int(covered[2][i])
-        kernel, copies = int(covered[0][i]), int(covered[1][i] - covered[0][i])
-        rows.append(
-            {
-                "rank": rank,
-                "device": device,
-                "step": name,
-                "start_ns": int(low[i]),
-                "span_ns": span,
-                "busy_ns": busy,
-                "idle_ns": span - busy,
-                "busy_pct": 100.0 * busy / span if span else 0.0,
-                "kernel_ns": kernel,
-                "memcpy_ns": copies,
-                "memset_ns": busy - kernel - copies,
-                "kernel_pct": 100.0 * kernel / busy if busy else 0.0,
-                "memcpy_pct": 100.0 * copies / busy if busy else 0.0,
-                "memset_pct": 100.0 * (busy - kernel - copies) / busy if busy else 0.0,
-                **_counts(mine),
-            }
-        )
-    return rows
+def _delay_columns(dialect: Dialect) -> str:
+    delay = f"CASE WHEN kind = '{Kind.KERNEL}' AND launch_ns IS NOT NULL THEN start_ns - launch_ns END"
+    return (
+        f"count(*) FILTER (WHERE kind = '{Kind.KERNEL}') AS kernels, "
+        f"count(*) FILTER (WHERE kind = '{Kind.MEMCPY}') AS memcpys, "
+        f"count(*) FILTER (WHERE kind = '{Kind.MEMSET}') AS memsets, count({delay}) AS launches, "
+        f"avg({delay}) AS delay_mean_ns, {dialect.quantile(delay, 0.5)} AS delay_p50_ns, "
+        f"{dialect.quantile(delay, 0.95)} AS delay_p95_ns, CAST(max({delay}) AS DOUBLE) AS delay_max_ns"
+    )
 
 
 def _device_order(device: str) -> tuple[str, int]:
     """``cuda:2`` before ``cuda:10``."""
     family, _, index = device.partition(":")
     return family, int(index) if index.isdigit() else -1
+
+
+def _windows(steps: pd.DataFrame, work_end: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's window on one GPU (see the module's docstring), from the end of the work that
+    belongs to each step on it."""
+    last = np.array([work_end.get(i, np.iinfo(np.int64).min) for i in range(len(steps))], dtype=np.int64)
+    ends = np.maximum(steps["end_ns"].to_numpy(dtype=np.int64), last)
+    previous = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
+    starts = np.minimum(np.maximum(steps["start_ns"].to_numpy(dtype=np.int64), previous), ends)
+    return starts, ends
 
 
 def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
@@ -296,15 +273,66 @@ def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
         :data:`ALL` per GPU after its steps; empty when there is no device activity. Delay
         statistics are missing (NaN) where no kernel with a linked launch belongs to the row.
     """
-    work = device_work(run, rank)
-    steps = cpu_steps(run, rank)
-    rows: list[dict[str, object]] = []
-    gpus = sorted(
-        work[["rank", "device"]].drop_duplicates().itertuples(index=False),
-        key=lambda gpu: (gpu[0], _device_order(gpu[1])),
+    d = run.engine.dialect
+    # The work is read three times below: computed once.
+    narrow = (f"SELECT rank, device, kind, start_ns, end_ns, launch_ns, step_index "
+              f"FROM ({work_sql(d, rank)}) AS work")
+    with run.kept("dlprof_gpu_work", narrow) as work:
+        return _breakdown(run, work, rank)
+
+
+def _breakdown(run: Run, work: str, rank: int | None) -> pd.DataFrame:
+    d = run.engine.dialect
+    # Per GPU and step (step -1: the whole run): the work's extent and its counts.
+    per_step = run.sql(
+        f"SELECT rank, device, coalesce(step_index, -1) AS step_index, "
+        f"min(start_ns) AS first_ns, max(end_ns) AS last_ns, {_delay_columns(d)} FROM {work} "
+        "GROUP BY rank, device, coalesce(step_index, -1) "
+        f"UNION ALL SELECT rank, device, -2 AS step_index, min(start_ns), max(end_ns), {_delay_columns(d)} "
+        f"FROM {work} GROUP BY rank, device"
     )
+    if per_step.empty:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    steps = cpu_steps(run, rank)
+    windows: list[tuple[int, str, int, str, int, int]] = []  # rank, device, window, step, low, high
+    figures: dict[tuple[int, str, int], dict[str, Any]] = {}
+    for row in per_step.to_dict("records"):
+        figures[(int(row["rank"]), str(row["device"]), int(row["step_index"]))] = row
+    gpus = sorted({(r, dev) for r, dev, _ in figures}, key=lambda gpu: (gpu[0], _device_order(gpu[1])))
     for gpu_rank, device in gpus:
-        mine = work[(work["rank"] == gpu_rank) & (work["device"] == device)]
         rank_steps = steps[steps["rank"] == gpu_rank].reset_index(drop=True)
-        rows.extend(_gpu_rows(int(gpu_rank), str(device), mine, rank_steps))
+        work_end = {i: int(f["last_ns"]) for (r, dev, i), f in figures.items()
+                    if r == gpu_rank and dev == device and i >= 0}
+        low, high = _windows(rank_steps, work_end)
+        for index, name in enumerate(rank_steps["name"]):
+            windows.append((gpu_rank, device, index, str(name), int(low[index]), int(high[index])))
+        whole = figures[(gpu_rank, device, -2)]
+        windows.append((gpu_rank, device, -2, ALL, int(whole["first_ns"]), int(whole["last_ns"])))
+    steps_only = [w for w in windows if w[2] >= 0]
+    window_rows = " UNION ALL ".join(
+        f"SELECT {r} AS rank, {d.literal(dev)} AS device, {i} AS slot, {lo} AS low, {hi} AS high"
+        for r, dev, i, _, lo, hi in steps_only
+    ) or "SELECT 0 AS rank, '' AS device, 0 AS slot, 0 AS low, 0 AS high WHERE 1 = 0"
+    covered = {(int(r), str(dev), int(i)): (int(k), int(c), int(b))
+               for r, dev, i, k, c, b in run.query(covered_sql(d, work, window_rows))}
+    rows = []
+    for gpu_rank, device, index, name, low_ns, high_ns in windows:
+        kernel, copies, busy = covered.get((gpu_rank, device, index), (0, 0, 0))
+        span = high_ns - low_ns
+        counts = figures.get((gpu_rank, device, index), {})
+        rows.append({
+            "rank": gpu_rank, "device": device, "step": name, "start_ns": low_ns, "span_ns": span,
+            "busy_ns": busy, "idle_ns": span - busy, "busy_pct": 100.0 * busy / span if span else 0.0,
+            "kernel_ns": kernel, "memcpy_ns": copies, "memset_ns": busy - kernel - copies,
+            "kernel_pct": 100.0 * kernel / busy if busy else 0.0,
+            "memcpy_pct": 100.0 * copies / busy if busy else 0.0,
+            "memset_pct": 100.0 * (busy - kernel - copies) / busy if busy else 0.0,
+            **{c: int(counts.get(c, 0)) for c in ("kernels", "memcpys", "memsets", "launches")},
+            **{c: _number(counts.get(c)) for c in ("delay_mean_ns", "delay_p50_ns", "delay_p95_ns", "delay_max_ns")},
+        })
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def _number(value: Any) -> float:
+    """A delay statistic as a float, NaN where there is none."""
+    return float("nan") if value is None or pd.isna(value) else float(value)

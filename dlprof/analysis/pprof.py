@@ -1,273 +1,29 @@
-"""TAU pprof's flat profile: one table per rank and thread (or stream), and their total and mean.
+"""The old home of TAU's flat profile, kept so that code written against it still runs: the
+analysis is :mod:`dlprof.analysis.tau_profile` ("pprof" names Google's format in dlprof).
 
-    profiles = pprof_tables(run)
-    profiles[0].functions  # one row per name on the first thread, by inclusive time
-    total, mean = function_summaries(profiles)
-
-TAU's ``pprof`` prints, for each node, context and thread, every timer's exclusive and inclusive
-time, its calls, the calls it made to other timers (``#Subrs``) and its inclusive time per call.
-In dlprof a node is a rank and a thread is one (pid, tid, device) track: a CPU thread or a GPU
-stream. Slices already carry their parent and self time, so each table is a group-by; the one walk
-up the tree finds the slices enclosed by a slice of the same name, because TAU adds only the
-outermost activation of a recursive timer to its inclusive time (the inner ones lie within it).
+``pprof_tables`` is :func:`dlprof.analysis.tau_profile.tau_profiles`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Self
+from dlprof.analysis.tau_profile import (
+    OTHERS,
+    PROFILE_COLUMNS,
+    THREAD_KEYS,
+    FunctionSummary,
+    SummaryKind,
+    ThreadProfile,
+    fold_others,
+    function_summaries,
+    outermost_of_name,
+    parent_positions,
+    tau_profiles,
+)
 
-import numpy as np
-import pandas as pd
+PPROF_COLUMNS = PROFILE_COLUMNS
+pprof_tables = tau_profiles
 
-from dlprof.store.reader import Run
-
-# The columns of a pprof table, in order; times in nanoseconds.
-PPROF_COLUMNS = [
-    "name",
-    "time_pct",  # inclusive time as a percentage of the thread's wall time
-    "exclusive_ns",
-    "inclusive_ns",  # outermost activations only: recursion is not counted twice
-    "calls",
-    "subrs",  # calls this name made directly to other slices
-    "inclusive_per_call_ns",
+__all__ = [
+    "OTHERS", "PPROF_COLUMNS", "THREAD_KEYS", "FunctionSummary", "SummaryKind", "ThreadProfile", "fold_others",
+    "function_summaries", "outermost_of_name", "parent_positions", "pprof_tables",
 ]
-
-# What names a thread: TAU's node is the rank; the thread is one track of slices.
-THREAD_KEYS = ["rank", "pid", "tid", "device"]
-
-# The row TAU's ``pprof -n N`` folds the rows beyond the N-th into.
-OTHERS = "-others-"
-
-
-class SummaryKind(StrEnum):
-    """Which summary over threads: TAU's ``FUNCTION SUMMARY (total)`` and ``(mean)``."""
-
-    TOTAL = "total"
-    MEAN = "mean"
-
-
-# eq=False: the generated __eq__ would compare DataFrames, whose == is elementwise and has no truth
-# value; two profiles are the same only if they are the same object.
-@dataclass(frozen=True, eq=False)
-class ThreadProfile:
-    """The flat profile of one thread or stream of one rank."""
-
-    rank: int  # TAU's node
-    thread: int  # index of this track within its rank, in order of first activity
-    pid: int
-    tid: int  # the OS thread id, or the stream on a device
-    device: str  # "cpu", "cuda:0"
-    wall_ns: int  # from the first slice's start to the last slice's end on this track
-    functions: pd.DataFrame  # PPROF_COLUMNS, by inclusive time, descending
-
-    def head(self, limit: int | None) -> Self:
-        """This profile with at most ``limit`` rows, the rest summed into one ``-others-`` row."""
-        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns))
-
-
-@dataclass(frozen=True, eq=False)
-class FunctionSummary:
-    """Every thread's table merged by name: summed (total) or summed and divided by threads (mean)."""
-
-    kind: SummaryKind
-    threads: int  # how many thread tables were merged
-    wall_ns: float  # the threads' wall times, summed or averaged alike
-    functions: pd.DataFrame  # PPROF_COLUMNS; calls and times are fractional in the mean
-
-    def head(self, limit: int | None) -> Self:
-        """This summary with at most ``limit`` rows, the rest summed into one ``-others-`` row."""
-        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns))
-
-
-def pprof_tables(run: Run, rank: int | None = None) -> list[ThreadProfile]:
-    """TAU pprof's flat profile of every thread and stream of a run.
-
-    Args:
-        run: the run.
-        rank: only this rank's threads (None: every rank).
-
-    Returns:
-        One profile per (rank, pid, tid, device), ordered by rank, then by first activity. Each
-        table has one row per distinct slice name on that track with :data:`PPROF_COLUMNS`:
-        exclusive time is the sum of self times; inclusive time sums only the activations not
-        nested in a slice of the same name; ``calls`` counts every activation; ``subrs`` counts
-        their direct children; ``time_pct`` is inclusive time over the track's wall time.
-
-    Raises:
-        ValueError: two slices of one rank share an id, so parents cannot be told apart.
-    """
-    slices = run.slices
-    if rank is not None:
-        slices = slices[slices["rank"] == rank]
-    if slices.empty:
-        return []
-    frame = pd.DataFrame(
-        {
-            "rank": slices["rank"].astype("int64").to_numpy(),
-            "pid": slices["pid"].fillna(0).astype("int64").to_numpy(),
-            "tid": slices["tid"].fillna(0).astype("int64").to_numpy(),
-            "device": slices["device"].fillna("").astype(str).to_numpy(),
-            "name": slices["name"].fillna("").astype(str).to_numpy(),
-            "start_ns": slices["start_ns"].astype("int64").to_numpy(),
-            "dur_ns": slices["dur_ns"].fillna(0).astype("int64").to_numpy(),
-            "self_ns": slices["self_ns"].fillna(0).astype("int64").to_numpy(),
-        }
-    )
-    parent = parent_positions(slices)
-    outermost = outermost_of_name(parent, pd.factorize(frame["name"])[0])
-    has_parent = parent >= 0
-    frame["subrs"] = np.bincount(parent[has_parent], minlength=len(frame))
-    frame["outer_ns"] = np.where(outermost, frame["dur_ns"], 0)
-    frame["end_ns"] = frame["start_ns"] + frame["dur_ns"]
-
-    tracks = frame.groupby(THREAD_KEYS, sort=False).agg(
-        first_ns=("start_ns", "min"), last_ns=("end_ns", "max")
-    )
-    # Within a rank, thread 0 is the track that started first (the main thread, as a rule); the
-    # keys break ties so the numbering does not change between two readings of one run.
-    tracks = tracks.reset_index().sort_values(["rank", "first_ns", "pid", "device", "tid"])
-    tracks["thread"] = tracks.groupby("rank").cumcount()
-    tracks["wall_ns"] = tracks["last_ns"] - tracks["first_ns"]
-
-    by_name = frame.groupby([*THREAD_KEYS, "name"], sort=False).agg(
-        exclusive_ns=("self_ns", "sum"),
-        inclusive_ns=("outer_ns", "sum"),
-        calls=("name", "size"),
-        subrs=("subrs", "sum"),
-    )
-    tables = dict(iter(by_name.reset_index().groupby(THREAD_KEYS, sort=False)))
-    profiles = []
-    for track in tracks.itertuples(index=False):
-        key = (track.rank, track.pid, track.tid, track.device)
-        profiles.append(
-            ThreadProfile(
-                rank=int(track.rank),
-                thread=int(track.thread),
-                pid=int(track.pid),
-                tid=int(track.tid),
-                device=str(track.device),
-                wall_ns=int(track.wall_ns),
-                functions=_finish(tables[key], float(track.wall_ns)),
-            )
-        )
-    return profiles
-
-
-def function_summaries(profiles: list[ThreadProfile]) -> list[FunctionSummary]:
-    """TAU's summaries over threads: every thread's rows merged by name, then the mean.
-
-    As in TAU, the mean divides by the number of threads, including those on which a name never
-    ran, and percentages are of the threads' wall times summed (or averaged: the ratio is the
-    same).
-
-    Args:
-        profiles: the thread profiles to merge, from :func:`pprof_tables`.
-
-    Returns:
-        The total and the mean summary, in that order; empty when there are no profiles.
-    """
-    if not profiles:
-        return []
-    merged = pd.concat([p.functions for p in profiles], ignore_index=True)
-    summed = merged.groupby("name", sort=False).agg(
-        exclusive_ns=("exclusive_ns", "sum"),
-        inclusive_ns=("inclusive_ns", "sum"),
-        calls=("calls", "sum"),
-        subrs=("subrs", "sum"),
-    ).reset_index()
-    wall_ns = float(sum(p.wall_ns for p in profiles))
-    count = len(profiles)
-    mean = summed.copy()
-    for column in ("exclusive_ns", "inclusive_ns", "calls", "subrs"):
-        mean[column] = mean[column].astype("float64") / count
-    return [
-        FunctionSummary(SummaryKind.TOTAL, count, wall_ns, _finish(summed, wall_ns)),
-        FunctionSummary(SummaryKind.MEAN, count, wall_ns / count, _finish(mean, wall_ns / count)),
-    ]
-
-
-def fold_others(functions: pd.DataFrame, limit: int | None, wall_ns: float) -> pd.DataFrame:
-    """The first ``limit`` rows of a pprof table and, below them, the rest summed as ``-others-``.
-
-    This is what TAU's ``pprof -n`` prints. The ``-others-`` row's inclusive time is a plain sum,
-    so it counts twice a slice nested in another folded one, as TAU's does.
-
-    Args:
-        functions: a table with :data:`PPROF_COLUMNS`, sorted.
-        limit: rows to keep (None or 0: all, and no ``-others-`` row).
-        wall_ns: the wall time the percentages are of.
-
-    Returns:
-        A table with at most ``limit + 1`` rows.
-    """
-    if not limit or len(functions) <= limit:
-        return functions
-    rest = functions.iloc[limit:]
-    calls = rest["calls"].sum()
-    inclusive = rest["inclusive_ns"].sum()
-    others = pd.DataFrame(
-        {
-            "name": [OTHERS],
-            "time_pct": [100.0 * inclusive / wall_ns if wall_ns else 0.0],
-            "exclusive_ns": [rest["exclusive_ns"].sum()],
-            "inclusive_ns": [inclusive],
-            "calls": [calls],
-            "subrs": [rest["subrs"].sum()],
-            "inclusive_per_call_ns": [inclusive / calls if calls else 0.0],
-        }
-    )
-    kept = functions.iloc[:limit]
-    return pd.concat([kept, others.astype(kept.dtypes.to_dict())], ignore_index=True)
-
-
-def _finish(table: pd.DataFrame, wall_ns: float) -> pd.DataFrame:
-    """Add the derived columns to per-name sums and sort as TAU does (inclusive, descending)."""
-    table = table.assign(
-        time_pct=100.0 * table["inclusive_ns"] / wall_ns if wall_ns else 0.0,
-        inclusive_per_call_ns=table["inclusive_ns"] / table["calls"].where(table["calls"] > 0),
-    )
-    table["inclusive_per_call_ns"] = table["inclusive_per_call_ns"].fillna(0.0).astype("float64")
-    table = table.sort_values(
-        ["inclusive_ns", "name"], ascending=[False, True], kind="stable"
-    ).reset_index(drop=True)
-    return table[PPROF_COLUMNS]
-
-
-def parent_positions(slices: pd.DataFrame) -> np.ndarray:
-    """For each slice, the row position of its parent in ``slices``, or -1 for a root.
-
-    Ids are looked up within the slice's rank: the store makes them unique across ranks, but a
-    hand-made or imported store need only keep them unique within one.
-    """
-    ranks = slices["rank"].astype("int64").to_numpy()
-    keys = pd.MultiIndex.from_arrays([ranks, slices["id"].astype("int64").to_numpy()])
-    if not keys.is_unique:
-        repeated = keys[keys.duplicated()][0]
-        raise ValueError(f"rank {repeated[0]}: slice id {repeated[1]} is used twice")
-    parent_ids = slices["parent_id"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64)
-    wanted = pd.MultiIndex.from_arrays([ranks, parent_ids])
-    # A parent missing from the table (cut off by a rank filter, say) makes its child a root.
-    return np.asarray(keys.get_indexer(wanted), dtype=np.int64)
-
-
-def outermost_of_name(parent: np.ndarray, name_code: np.ndarray) -> np.ndarray:
-    """True for each slice with no ancestor of the same name.
-
-    Walks every slice's ancestors one level per pass, all slices at once, so the cost is the
-    depth of the deepest slice times a vector operation, not a Python loop per slice.
-    """
-    nested = np.zeros(len(parent), dtype=bool)
-    ancestor = parent.copy()
-    active = np.flatnonzero(ancestor >= 0)
-    # A damaged store could link parents in a loop; no chain is longer than the slice count.
-    for _ in range(len(parent)):
-        if active.size == 0:
-            break
-        above = ancestor[active]
-        nested[active] |= name_code[above] == name_code[active]
-        ancestor[active] = parent[above]
-        active = active[(ancestor[active] >= 0) & ~nested[active]]
-    return ~nested

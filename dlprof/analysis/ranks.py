@@ -42,8 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.gpu import ALL, Coverage, cpu_steps, device_work, gpu_breakdown
-from dlprof.keys import DEVICE_KINDS, Kind
+from dlprof.analysis.aggregate import has_device_activity
+from dlprof.analysis.gpu import ALL, Coverage, cpu_steps, gpu_breakdown, work_sql
+from dlprof.analysis.sql import DEVICE_KINDS_SQL
+from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 DEFAULT_THRESHOLD_PCT = 10.0
@@ -52,6 +54,7 @@ CPU = "cpu"  # measured_on of a rank measured on its CPU threads
 # NCCL's kernels (ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_AllGather_RING_LL,
 # ncclAllReduceRingLLKernel_sum_f32 before NCCL 2.5), which RCCL keeps on AMD GPUs.
 _COLLECTIVE_KERNEL = re.compile(r"(?:void )?[nr]ccl\w*Kernel")
+_COLLECTIVE_KERNEL_SQL = r"^(void )?[nr]ccl\w*Kernel"  # the same, anchored as re.match is
 _STEP_NUMBER = re.compile(r"#\s*(\d+)\s*$")
 
 # The columns of rank_steps, in order.
@@ -127,9 +130,10 @@ def _outermost(comm: pd.DataFrame) -> pd.DataFrame:
     return ordered[before.isna() | (ordered["start_ns"] >= before)]
 
 
-def _cpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame) -> _Timeline:
-    cpu = slices[slices["device"] == CPU]
-    comm = cpu[communication_mask(cpu)]
+def _cpu_timeline(rank: int, cpu: pd.DataFrame, extent: tuple[int, int] | None, steps: pd.DataFrame) -> _Timeline:
+    """A rank measured on its CPU threads: ``cpu`` holds its ops and communication, ``extent``
+    the first start and last end of any of its CPU slices."""
+    comm = cpu[cpu["is_comm"]]
     ops = cpu[cpu["kind"] == Kind.OP]
     pieces = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     # Per thread: an op that waits in a collective it encloses is not computing meanwhile, while
@@ -141,7 +145,8 @@ def _cpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame) -> _Time
         pieces[1].append(high)
     compute = Coverage(np.concatenate(pieces[0]), np.concatenate(pieces[1]))
     if steps.empty:
-        windows = _one_window(*_ends(cpu)) if len(cpu) else _one_window(np.zeros(1, np.int64))
+        first, last = extent or (0, 0)
+        windows = _one_window(np.array([first]), np.array([last]))
     else:
         windows = steps.assign(low=steps["start_ns"], high=steps["start_ns"] + steps["step_ns"])
     outer = _outermost(comm)
@@ -149,11 +154,11 @@ def _cpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame) -> _Time
                      outer, _window_of_start(outer["start_ns"], windows))
 
 
-def _gpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame, gpus: pd.DataFrame,
-                  work: pd.DataFrame) -> _Timeline:
-    device = slices[slices["kind"].isin([str(k) for k in DEVICE_KINDS]) | (
-        (slices["kind"] == Kind.COMM) & (slices["device"] != CPU))]
-    is_comm = communication_mask(device)
+def _gpu_timeline(rank: int, device: pd.DataFrame, steps: pd.DataFrame, gpus: pd.DataFrame,
+                  owners: pd.Series) -> _Timeline:
+    """A rank measured on its GPUs: ``device`` holds its device work and device communication,
+    ``owners`` each collective kernel's step index (by id)."""
+    is_comm = device["is_comm"]
     comm = device[is_comm]
     compute = device[~is_comm & (device["kind"] == Kind.KERNEL)]
     memory = device[device["kind"].isin([Kind.MEMCPY, Kind.MEMSET])]
@@ -167,7 +172,7 @@ def _gpu_timeline(rank: int, slices: pd.DataFrame, steps: pd.DataFrame, gpus: pd
     else:
         windows = steps.assign(low=bounds["low"].to_numpy(), high=bounds["high"].to_numpy())
     # A collective kernel belongs to the step that launched it, as GPU windows are drawn.
-    owner = comm["id"].map(work.set_index("id")["step_index"])
+    owner = comm["id"].map(owners).astype("Int64")
     window = owner if len(steps) else pd.Series(0, index=comm.index, dtype="Int64")
     measured_on = ",".join(sorted(gpus["device"].unique()))
     return _timeline(rank, measured_on, windows, _coverage(compute), _coverage(comm), _coverage(memory),
@@ -203,24 +208,49 @@ def _timeline(rank: int, measured_on: str, windows: pd.DataFrame, compute: Cover
 
 
 def _timelines(run: Run) -> list[_Timeline]:
-    slices = run.slices
+    d = run.engine.dialect
     all_steps = cpu_steps(run)
     numbers = all_steps["name"].str.extract(_STEP_NUMBER, expand=False)
     all_steps = all_steps.assign(step=all_steps["name"], step_number=pd.to_numeric(numbers).astype("Int64"),
                                  step_ns=all_steps["end_ns"] - all_steps["start_ns"])
-    on_device = slices["kind"].isin([str(k) for k in DEVICE_KINDS])
-    gpus = gpu_breakdown(run) if on_device.any() else pd.DataFrame(columns=["rank"])
-    work = device_work(run) if on_device.any() else pd.DataFrame(columns=["id", "step_index"])
+    communicates = f"(kind = '{Kind.COMM}' OR (kind = '{Kind.KERNEL}' AND {d.matches('name', _COLLECTIVE_KERNEL_SQL)}))"
+    device_work = has_device_activity(run)
+    gpus = gpu_breakdown(run) if device_work else pd.DataFrame(columns=["rank"])
+    ranks = run.ranks()
+    on_gpu = sorted({int(r) for r in gpus["rank"]})
+    on_cpu = [r for r in ranks if r not in on_gpu]
+
+    def measured(where: str, of_ranks: list[int]) -> pd.DataFrame:
+        """Only what this analysis measures, narrow: names only where a collective is named."""
+        if not of_ranks:
+            return pd.DataFrame(columns=["rank", "id", "pid", "tid", "kind", "start_ns", "dur_ns", "is_comm", "name"])
+        frame = run.sql(
+            f"SELECT rank, id, pid, tid, kind, start_ns, dur_ns, {communicates} AS is_comm, "
+            f"CASE WHEN {communicates} THEN name END AS name FROM slices "
+            f"WHERE ({where}) AND rank IN ({', '.join(str(r) for r in of_ranks)})"
+        )
+        return frame.astype({"start_ns": "int64", "dur_ns": "int64", "is_comm": "bool"})
+
+    cpu_slices = measured(f"device = '{CPU}' AND (kind = '{Kind.OP}' OR {communicates})", on_cpu)
+    gpu_slices = measured(f"kind IN {DEVICE_KINDS_SQL} OR (kind = '{Kind.COMM}' AND device <> '{CPU}')", on_gpu)
+    extents = {int(r): (int(lo), int(hi)) for r, lo, hi in run.query(
+        f"SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM slices WHERE device = '{CPU}' GROUP BY rank")}
+    owners = pd.Series(dtype="Int64")
+    if device_work:
+        found = run.sql(f"SELECT w.id, w.step_index FROM ({work_sql(d)}) AS w JOIN slices s "
+                        f"ON s.rank = w.rank AND s.id = w.id WHERE s.kind = '{Kind.KERNEL}' AND "
+                        f"{d.matches('s.name', _COLLECTIVE_KERNEL_SQL)}")
+        owners = pd.Series(found["step_index"].to_numpy(), index=found["id"].to_numpy())
     timelines = []
-    for rank in sorted(int(r) for r in slices["rank"].unique()):
-        mine = slices[slices["rank"] == rank]
+    for rank in ranks:
         steps = all_steps.loc[all_steps["rank"] == rank, ["step", "step_number", "start_ns", "step_ns"]]
         steps = steps.reset_index(drop=True)
-        rank_gpus = gpus[gpus["rank"] == rank]
-        if len(rank_gpus):
-            timelines.append(_gpu_timeline(rank, mine, steps, rank_gpus, work))
+        if rank in on_gpu:
+            mine = gpu_slices[gpu_slices["rank"] == rank]
+            timelines.append(_gpu_timeline(rank, mine, steps, gpus[gpus["rank"] == rank], owners))
         else:
-            timelines.append(_cpu_timeline(rank, mine, steps))
+            mine = cpu_slices[cpu_slices["rank"] == rank]
+            timelines.append(_cpu_timeline(rank, mine, extents.get(rank), steps))
     return timelines
 
 

@@ -8,7 +8,8 @@ Pure: nothing is printed or written. Every part the run cannot give (no kernels,
 no steps) is left empty with the reason in words, so a report is made for any readable run.
 The timeline holds every step and, per track (a CPU thread or a GPU stream), only the longest
 slices up to a budget, so a run of millions of events still gives a file a browser opens; the
-dict says how many slices were left out.
+dict says how many slices were left out. Every part is a query on the run's engine that returns
+at most what the page shows: the timeline's chosen slices, each curve's binned points.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.aggregate import top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.gpu import cpu_steps
+from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.tuning import tuning_candidates
-from dlprof.keys import DEVICE_KINDS, Kind, SortKey
+from dlprof.keys import Kind, SortKey
 from dlprof.store.reader import Run
 
 # The top tables the report holds, in the order shown, with their titles.
@@ -87,11 +89,9 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
 
 def _origin(run: Run) -> int:
     """The time every offset in the report counts from: the earliest event, or the run's start."""
-    starts = [int(run.slices["start_ns"].min())] if len(run.slices) else []
-    for frame in (run.memory, run.counters):
-        if len(frame):
-            starts.append(int(frame["ts_ns"].min()))
-    return min(starts) if starts else run.manifest.start_ns
+    first = run.query("SELECT min(t) FROM (SELECT min(start_ns) AS t FROM slices UNION ALL "
+                      "SELECT min(ts_ns) FROM memory UNION ALL SELECT min(ts_ns) FROM counters) AS firsts").rows
+    return int(first[0][0]) if first and first[0][0] is not None else run.manifest.start_ns
 
 
 def _plain(value: Any) -> Any:
@@ -142,7 +142,8 @@ def _summary(run: Run, t0: int) -> dict[str, Any]:
         "world_size": manifest.world_size,
         "schedule": manifest.schedule,
         "counts": dict(manifest.counts),
-        "kinds": {kind: int(n) for kind, n in run.slices["kind"].value_counts().items()},
+        "kinds": {str(kind): int(n) for kind, n in run.query(
+            "SELECT kind, count(*) AS n FROM slices WHERE kind IS NOT NULL GROUP BY kind ORDER BY n DESC, kind")},
     }
 
 
@@ -162,15 +163,15 @@ def _steps(run: Run, t0: int) -> dict[str, Any]:
 
 
 def _tables(run: Run, limit: int) -> dict[str, Any]:
-    present = set(kinds_present(run))
+    counted = {str(kind): (int(total), int(groups)) for kind, total, groups in run.query(
+        "SELECT kind, count(*), count(DISTINCT name) FROM slices GROUP BY kind")}
     tables: dict[str, Any] = {}
     for kind, title in TABLE_KINDS.items():
-        if kind not in present:
+        if kind not in counted:
             continue
         table = top(run, kind=kind, by=SortKey.MICROS, limit=limit)
-        of_kind = run.slices[run.slices["kind"] == kind]
-        tables[str(kind)] = {"title": title, "total": len(of_kind),
-                             "groups": int(of_kind["name"].nunique()), **_records(table)}
+        total, groups = counted[kind]
+        tables[str(kind)] = {"title": title, "total": total, "groups": groups, **_records(table)}
     return tables
 
 
@@ -188,43 +189,50 @@ def timeline(run: Run, t0: int, budget: int) -> dict[str, Any]:
         indices into ``names`` and ``kinds``), the ``tracks`` with their labels and depths, and
         ``shown`` of ``total`` slices.
     """
-    slices = run.slices
-    if slices.empty:
+    on_device = f"(kind IN {DEVICE_KINDS_SQL} OR device <> 'cpu')"
+    placed = (
+        f"SELECT rank, CASE WHEN {on_device} THEN device ELSE 'cpu' END AS place, coalesce(pid, -1) AS pid, "
+        f"coalesce(CASE WHEN {on_device} THEN coalesce(stream, tid) ELSE tid END, -1) AS lane, "
+        "start_ns, coalesce(dur_ns, 0) AS dur, coalesce(depth, 0) AS depth, name, kind FROM slices"
+    )
+    tracks = run.sql(
+        "SELECT rank, place, pid, lane, count(*) AS total, "
+        f"count(*) FILTER (WHERE kind IS NULL OR kind <> '{Kind.STEP}') AS others "
+        f"FROM ({placed}) AS placed GROUP BY rank, place, pid, lane ORDER BY rank, place, pid, lane"
+    )
+    if tracks.empty:
         return {"tracks": [], "names": [], "kinds": [], "track": [], "start": [], "dur": [],
                 "depth": [], "name": [], "kind": [], "shown": 0, "total": 0}
-    on_device = slices["kind"].isin([str(k) for k in DEVICE_KINDS]) | (slices["device"] != "cpu")
-    lane = slices["stream"].fillna(slices["tid"]).where(on_device, slices["tid"])
-    keys = pd.DataFrame({
-        "rank": slices["rank"].astype("int64"),
-        "device": slices["device"].astype(str).where(on_device, "cpu"),
-        "pid": slices["pid"].fillna(-1).astype("int64"),
-        "lane": lane.fillna(-1).astype("int64"),
-    })
-    track = keys.groupby(["rank", "device", "pid", "lane"], sort=True).ngroup().to_numpy()
-    frame = pd.DataFrame({
-        "track": track,
-        "start": slices["start_ns"].astype("int64").to_numpy() - t0,
-        "dur": slices["dur_ns"].fillna(0).astype("int64").to_numpy(),
-        "depth": slices["depth"].fillna(0).astype("int64").to_numpy(),
-        "name": slices["name"].astype(str).to_numpy(),
-        "kind": slices["kind"].astype(str).to_numpy(),
-    })
-    kept = frame[_keep(frame, budget)].sort_values(["track", "depth", "start"], kind="stable")
+    share = _shares(tracks["others"].astype("int64").tolist(), budget)
+    numbered = " UNION ALL ".join(
+        f"SELECT {int(r)} AS rank, {run.engine.dialect.literal(str(p))} AS place, {int(pid)} AS pid, "
+        f"{int(lane)} AS lane, {number} AS track, {share[number]} AS share"
+        for number, (r, p, pid, lane) in enumerate(tracks[["rank", "place", "pid", "lane"]].itertuples(index=False))
+    )
+    is_step = f"coalesce(kind = '{Kind.STEP}', FALSE)"
+    kept = run.sql(
+        f"SELECT t.track, p.start_ns - {int(t0)} AS start, p.dur, p.depth, p.name, p.kind FROM ("
+        f"SELECT *, row_number() OVER (PARTITION BY rank, place, pid, lane, {is_step} "
+        f"ORDER BY dur DESC, start_ns) AS place_in_track FROM ({placed}) AS placed) AS p "
+        "JOIN (" + numbered + ") AS t ON t.rank = p.rank AND t.place = p.place AND t.pid = p.pid AND t.lane = p.lane "
+        f"WHERE {is_step.replace('kind', 'p.kind')} OR p.place_in_track <= t.share"
+    ).astype({"track": "int64", "start": "int64", "dur": "int64", "depth": "int64"})
+    kept = kept.assign(name=kept["name"].astype(str), kind=kept["kind"].astype(str))
+    kept = kept.sort_values(["track", "depth", "start"], kind="stable")
     base = kept.groupby("track")["depth"].min()
     depth = kept["depth"] - kept["track"].map(base)
     names, name_index = np.unique(kept["name"].to_numpy(), return_inverse=True)
     kinds, kind_index = np.unique(kept["kind"].to_numpy(), return_inverse=True)
-    labels = keys.assign(track=track).drop_duplicates("track").sort_values("track")
     lanes = depth.groupby(kept["track"]).max()
-    tracks = [
-        {"label": _track_label(int(r), str(d), int(p), int(la), len(run.manifest.ranks) > 1),
-         "rank": int(r), "device": str(d), "depth": int(lanes.get(t, 0)) + 1,
-         "total": int((track == t).sum())}
-        for t, r, d, p, la in labels[["track", "rank", "device", "pid", "lane"]].itertuples(
-            index=False, name=None)
+    ranked = len(run.manifest.ranks) > 1
+    listed = [
+        {"label": _track_label(int(r), str(p), int(pid), int(lane), ranked), "rank": int(r), "device": str(p),
+         "depth": int(lanes.get(number, 0)) + 1, "total": int(total)}
+        for number, (r, p, pid, lane, total) in enumerate(
+            tracks[["rank", "place", "pid", "lane", "total"]].itertuples(index=False))
     ]
     return {
-        "tracks": tracks,
+        "tracks": listed,
         "names": [str(n) for n in names],
         "kinds": [str(k) for k in kinds],
         "track": kept["track"].tolist(),
@@ -234,30 +242,20 @@ def timeline(run: Run, t0: int, budget: int) -> dict[str, Any]:
         "name": name_index.tolist(),
         "kind": kind_index.tolist(),
         "shown": len(kept),
-        "total": len(frame),
+        "total": int(tracks["total"].sum()),
     }
 
 
-def _keep(frame: pd.DataFrame, budget: int) -> np.ndarray:
-    """Which slices the timeline keeps: every step, then each track's longest within its share."""
-    is_step = np.asarray(frame["kind"] == Kind.STEP, dtype=bool)
-    others = frame[~is_step]
-    keep: np.ndarray = is_step.copy()
-    if others.empty or budget <= 0:
-        return keep
-    sizes = others.groupby("track").size().sort_values()
-    share: dict[int, int] = {}
-    left, tracks_left = budget, len(sizes)
-    for track_id, size in zip(sizes.index.tolist(), sizes.tolist(), strict=True):
-        # Small tracks first: what they do not use goes to the others.
-        share[int(track_id)] = take = min(int(size), left // tracks_left)
+def _shares(sizes: list[int], budget: int) -> list[int]:
+    """How many slices each track keeps: an equal share of the budget, the smallest tracks first,
+    each leaving what it does not use to the others."""
+    share = [0] * len(sizes)
+    left, tracks_left = max(budget, 0), len(sizes)
+    for track in sorted(range(len(sizes)), key=lambda t: (sizes[t], t)):
+        share[track] = take = min(sizes[track], left // tracks_left)
         left -= take
         tracks_left -= 1
-    ordered = others.sort_values(["track", "dur", "start"], ascending=[True, False, True], kind="stable")
-    position = ordered.groupby("track").cumcount().to_numpy()
-    chosen = ordered.index[position < ordered["track"].map(share).to_numpy()]
-    keep[frame.index.get_indexer(chosen)] = True
-    return keep
+    return share
 
 
 def _track_label(rank: int, device: str, pid: int, lane: int, ranked: bool) -> str:
@@ -289,40 +287,69 @@ def downsample(ts: np.ndarray, values: np.ndarray, points: int, how: str = "max"
     return [int(t) for t in first.to_numpy()], [float(v) for v in reduced.to_numpy()]
 
 
+def _curves(run: Run, table: str, keys: list[str], value: str, how: str, t0: int,
+            points: int) -> list[tuple[tuple[Any, ...], list[int], list[float], float]]:
+    """Each series of a table (one per ``keys``), binned to at most ``points`` points.
+
+    The bins are :func:`downsample`'s: equal spans of time from the series' first to its last
+    sample, one value per bin (its ``how``: max or mean) at the bin's first time; a series short
+    enough is returned whole. The engine bins; only the points come back.
+
+    Returns:
+        Per series, in key order: its keys, times (offsets from ``t0``), values and its peak.
+    """
+    key_list = ", ".join(keys)
+    aggregate = "max" if how == "max" else "avg"
+    present = f"SELECT {key_list}, ts_ns, CAST({value} AS DOUBLE) AS v FROM {table} WHERE {value} IS NOT NULL"
+    spans = (f"SELECT {key_list}, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns, count(*) AS n, max(v) AS peak "
+             f"FROM present GROUP BY {key_list}")
+    joined = " AND ".join(f"p.{k} IS NOT DISTINCT FROM s.{k}" for k in keys)
+    binned = (
+        f"SELECT {', '.join('p.' + k for k in keys)}, s.peak, CASE WHEN s.n <= {points} OR s.last_ns = s.first_ns "
+        f"THEN p.ts_ns ELSE least(CAST(floor(CAST(p.ts_ns - s.first_ns AS DOUBLE) * {points} / "
+        f"(s.last_ns - s.first_ns)) AS BIGINT), {points - 1}) END AS bin, p.ts_ns, p.v "
+        f"FROM present p JOIN spans s ON {joined}"
+    )
+    rows = run.query(
+        f"WITH present AS ({present}), spans AS ({spans}), binned AS ({binned}) "
+        f"SELECT {key_list}, min(ts_ns) AS t, {aggregate}(v) AS v, max(peak) AS peak FROM binned "
+        f"GROUP BY {key_list}, bin ORDER BY {key_list}, t"
+    )
+    series: dict[tuple[Any, ...], tuple[list[int], list[float], float]] = {}
+    for row in rows:
+        key = tuple(row[: len(keys)])
+        times, values, _ = series.setdefault(key, ([], [], float(row[-1])))
+        times.append(int(row[-3]) - t0)
+        values.append(float(row[-2]))
+    return [(key, times, values, peak) for key, (times, values, peak) in series.items()]
+
+
 def _memory(run: Run, t0: int, points: int) -> dict[str, Any]:
-    memory = run.memory
-    if memory.empty:
+    if not run.query("SELECT 1 FROM memory LIMIT 1").rows:
         return {"series": [], "reason": "the run recorded no allocations"}
-    series = []
-    for (rank, device), group in memory.groupby(["rank", "device"], sort=True, observed=True):
-        group = group.sort_values("ts_ns", kind="stable").dropna(subset=["total_allocated"])
-        if group.empty:
-            continue
-        ts, values = downsample(group["ts_ns"].to_numpy(dtype="int64") - t0,
-                                group["total_allocated"].to_numpy(dtype="float64"), points)
-        series.append({"label": f"rank {rank} {device} allocated", "unit": "bytes", "ts": ts,
-                       "values": values, "peak": float(group["total_allocated"].max())})
+    series = [
+        {"label": f"rank {rank} {device} allocated", "unit": "bytes", "ts": ts, "values": values, "peak": peak}
+        for (rank, device), ts, values, peak in _curves(run, "memory", ["rank", "device"], "total_allocated",
+                                                        "max", t0, points)
+    ]
     return {"series": series, "reason": "" if series else "no allocation totals recorded"}
 
 
 def _counters(run: Run, t0: int, points: int) -> dict[str, Any]:
-    counters = run.counters
-    if counters.empty:
+    if not run.query("SELECT 1 FROM counters LIMIT 1").rows:
         return {"series": [], "reason": "the run recorded no counters"}
-    series = []
-    columns = ["rank", "device", "track", "unit"]
-    for (rank, device, track, unit), group in counters.fillna({"unit": ""}).groupby(
-            columns, sort=True, observed=True):
-        group = group.sort_values("ts_ns", kind="stable").dropna(subset=["value"])
-        ts, values = downsample(group["ts_ns"].to_numpy(dtype="int64") - t0,
-                                group["value"].to_numpy(dtype="float64"), points, how="mean")
-        series.append({"label": f"{track} (rank {rank}, {device})", "unit": str(unit), "ts": ts,
-                       "values": values})
+    curves = _curves(run, "(SELECT rank, device, track, coalesce(unit, '') AS unit, ts_ns, value FROM counters) "
+                     "AS counters", ["rank", "device", "track", "unit"], "value", "mean", t0, points)
+    series = [
+        {"label": f"{track} (rank {rank}, {device})", "unit": str(unit), "ts": ts, "values": values}
+        for (rank, device, track, unit), ts, values, _ in curves
+    ]
     return {"series": series, "reason": ""}
 
 
 def _metrics(run: Run, limit: int) -> dict[str, Any]:
-    if run.metrics.empty and run.slices["flops"].isna().all():
+    if not run.query("SELECT 1 FROM metrics LIMIT 1").rows and not run.query(
+            "SELECT 1 FROM slices WHERE flops IS NOT NULL LIMIT 1").rows:
         # Nothing to derive from: one sentence, not every built-in's list of missing counters.
         return {"columns": [], "rows": [], "units": {}, "unavailable": {},
                 "reason": "this run holds no counter values; derived metrics need per-kernel or "

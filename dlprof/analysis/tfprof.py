@@ -25,12 +25,16 @@ types, also those a ``limit`` leaves out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.aggregate import launches, op_types
-from dlprof.analysis.ancestors import NONE, nearest_ancestor_positions
-from dlprof.keys import DEVICE_KINDS, Kind, SortKey
+from dlprof.analysis.aggregate import has_device_activity
+from dlprof.analysis.ancestry import nearest_ancestor
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition
+from dlprof.keys import Kind, SortKey
 from dlprof.store.reader import Run
 
 # The measures of the op view, in tfprof's column order; each also gets *_pct and *_cum_pct.
@@ -44,6 +48,7 @@ _SORT_COLUMN = {
     SortKey.FLOPS: "flops",
     SortKey.DEVICE: "device_ns",
 }
+IS_OP = f"kind = '{Kind.OP}'"
 
 
 def percent_columns(measure: str) -> tuple[str, str]:
@@ -56,12 +61,47 @@ def percent_columns(measure: str) -> tuple[str, str]:
 OP_VIEW_COLUMNS = ["name", *(c for m in MEASURES for c in (m, *percent_columns(m)))]
 
 
-def rank_slices(run: Run, rank: int | None) -> pd.DataFrame:
-    """All slices of one rank (every rank when ``rank`` is None), rows numbered from 0."""
-    slices = run.slices
-    if rank is not None:
-        slices = slices[slices["rank"] == rank]
-    return slices.reset_index(drop=True)
+@contextmanager
+def kept_op_costs(run: Run, rank: int | None = None) -> Iterator[str]:
+    """What each op cost, by tfprof's definitions (see the module's docstring), kept on the
+    engine for the block's queries (each op's innermost op ancestor is computed once).
+
+    Args:
+        run: the run.
+        rank: only this rank's ops (None: every rank).
+
+    Yields:
+        The name of a table with one row per op: ``rank``, ``id``, ``type``, ``cpu_ns``,
+        ``device_ns``, ``exec_ns`` (their sum), ``bytes`` (requested) and ``flops`` (0 where
+        unknown).
+    """
+    with run.kept("dlprof_op_ancestry", nearest_ancestor(run.engine.dialect, IS_OP, rank)) as ancestry, \
+            run.kept("dlprof_op_costs", _costs_sql(ancestry, rank)) as costs:
+        yield costs
+
+
+def _costs_sql(ancestry: str, rank: int | None) -> str:
+    # Work launched, and memory allocated, by a slice counts for the op it is or lies in.
+    return (
+        f"WITH nested AS (SELECT rank, ancestor_id AS id, sum(dur_ns) AS ns FROM {ancestry} "
+        "WHERE is_wanted AND ancestor_id IS NOT NULL GROUP BY rank, ancestor_id), "
+        f"launched AS (SELECT a.rank, a.own_id AS id, sum(w.dur_ns) AS ns FROM slices w "
+        f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
+        f"JOIN {ancestry} a ON a.rank = c.rank AND a.id = c.parent_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL} AND a.own_id IS NOT NULL GROUP BY a.rank, a.own_id), "
+        f"requested AS (SELECT a.rank, a.own_id AS id, sum(m.bytes) AS bytes FROM memory m "
+        f"JOIN {ancestry} a ON a.rank = m.rank AND a.id = m.slice_id "
+        "WHERE m.bytes > 0 AND a.own_id IS NOT NULL GROUP BY a.rank, a.own_id), "
+        "costs AS (SELECT s.rank, s.id, coalesce(s.op_type, s.name) AS type, "
+        "CAST(greatest(s.dur_ns - coalesce(n.ns, 0), 0) AS BIGINT) AS cpu_ns, "
+        "CAST(coalesce(l.ns, 0) AS BIGINT) AS device_ns, CAST(coalesce(r.bytes, 0) AS BIGINT) AS bytes, "
+        "CAST(coalesce(s.flops, 0) AS BIGINT) AS flops FROM slices s "
+        "LEFT JOIN nested n ON n.rank = s.rank AND n.id = s.id "
+        "LEFT JOIN launched l ON l.rank = s.rank AND l.id = s.id "
+        "LEFT JOIN requested r ON r.rank = s.rank AND r.id = s.id "
+        f"WHERE s.{IS_OP}{rank_condition(rank, 's.rank')}) "
+        "SELECT rank, id, type, cpu_ns, device_ns, cpu_ns + device_ns AS exec_ns, bytes, flops FROM costs"
+    )
 
 
 def op_costs(run: Run, rank: int | None = None) -> pd.DataFrame:
@@ -75,49 +115,8 @@ def op_costs(run: Run, rank: int | None = None) -> pd.DataFrame:
         One row per op: ``id``, ``type``, ``cpu_ns``, ``device_ns``, ``exec_ns`` (their sum),
         ``bytes`` (requested) and ``flops`` (0 where unknown).
     """
-    slices = rank_slices(run, rank)
-    is_op = (slices["kind"] == Kind.OP).to_numpy()
-    rows = len(slices)
-    enclosing = nearest_ancestor_positions(slices, is_op)
-    own_op = np.where(is_op, np.arange(rows), enclosing)  # a slice's op: itself or the one around it
-    duration = slices["dur_ns"].to_numpy(dtype=np.int64)
-    nested = is_op & (enclosing != NONE)
-    nested_ns = np.bincount(enclosing[nested], weights=duration[nested], minlength=rows)
-    positions = pd.Index(slices["id"].to_numpy(dtype=np.int64))
-
-    def attributed(slice_ids: pd.Series, amounts: pd.Series) -> np.ndarray:
-        """Sum ``amounts`` onto the op of each slice id (ids of other ranks, or of slices inside
-        no op, are left out)."""
-        found = positions.get_indexer(slice_ids.astype("Int64").fillna(NONE).to_numpy(dtype=np.int64))
-        op = np.where(found == NONE, NONE, own_op[found])
-        kept = op != NONE
-        return np.bincount(op[kept], weights=amounts.to_numpy(dtype=np.float64)[kept], minlength=rows)
-
-    launched = launches(run)
-    device_ns = attributed(launched["launcher_id"], launched["dur_ns"])
-    memory = run.memory
-    if memory.empty:
-        requested = np.zeros(rows)
-    else:
-        allocations = memory[memory["bytes"] > 0]
-        requested = attributed(allocations["slice_id"], allocations["bytes"])
-    ops = slices[is_op]
-    cpu_ns = np.clip(duration[is_op] - nested_ns[is_op], 0, None).astype(np.int64)
-    costs = pd.DataFrame({
-        "id": ops["id"].to_numpy(dtype=np.int64),
-        "type": op_types(ops).to_numpy(),
-        "cpu_ns": cpu_ns,
-        "device_ns": device_ns[is_op].round().astype(np.int64),
-        "bytes": requested[is_op].round().astype(np.int64),
-        "flops": ops["flops"].fillna(0).to_numpy(dtype=np.int64),
-    })
-    costs["exec_ns"] = costs["cpu_ns"] + costs["device_ns"]
-    return costs
-
-
-def has_device_activity(run: Run) -> bool:
-    """Whether the run holds any kernel, memcpy or memset."""
-    return bool(run.slices["kind"].isin([str(k) for k in DEVICE_KINDS]).any())
+    with kept_op_costs(run, rank) as costs:
+        return run.sql(f"SELECT id, type, cpu_ns, device_ns, exec_ns, bytes, flops FROM {costs} ORDER BY rank, id")
 
 
 def op_view(run: Run, by: SortKey = SortKey.MICROS, limit: int | None = None,
@@ -140,17 +139,15 @@ def op_view(run: Run, by: SortKey = SortKey.MICROS, limit: int | None = None,
     """
     if by is SortKey.DEVICE and not has_device_activity(run):
         raise ValueError("--by device: this run has no device activity")
-    costs = op_costs(run, rank)
-    if costs.empty:
+    with kept_op_costs(run, rank) as costs:
+        table = run.sql(
+            "SELECT type AS name, CAST(sum(bytes) AS BIGINT) AS bytes, CAST(sum(exec_ns) AS BIGINT) AS total_ns, "
+            "CAST(sum(device_ns) AS BIGINT) AS device_ns, CAST(sum(cpu_ns) AS BIGINT) AS cpu_ns, "
+            f"count(*) AS occurrence, CAST(sum(flops) AS BIGINT) AS flops FROM {costs} GROUP BY type"
+        )
+    if table.empty:
         return pd.DataFrame(columns=OP_VIEW_COLUMNS)
-    table = costs.groupby("type", sort=False).agg(
-        bytes=("bytes", "sum"),
-        total_ns=("exec_ns", "sum"),
-        device_ns=("device_ns", "sum"),
-        cpu_ns=("cpu_ns", "sum"),
-        occurrence=("id", "size"),
-        flops=("flops", "sum"),
-    ).rename_axis("name").reset_index()
+    table = table.astype({m: "int64" for m in MEASURES})
     table = table.sort_values([_SORT_COLUMN[by], "name"], ascending=[False, True],
                               kind="stable").reset_index(drop=True)
     for measure in MEASURES:

@@ -30,10 +30,13 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dlprof.analysis.ancestors import NONE, nearest_ancestor_positions
-from dlprof.analysis.tfprof import op_costs, rank_slices
+from dlprof.analysis.ancestry import nearest_ancestor
+from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.tfprof import IS_OP, kept_op_costs
 from dlprof.keys import Kind, TreeView
 from dlprof.store.reader import Run
+
+NONE = -1  # no node, no position
 
 # The columns of a tree, one row per node in depth-first order, children by total time.
 TREE_COLUMNS = ["node", "parent", "depth", "name", "path", "ops", "total_ns", "self_ns",
@@ -129,24 +132,32 @@ class _Nodes:
                     pending.extend(below.get(node, []))
 
 
-def _frame_nodes(slices: pd.DataFrame, is_frame: npt.NDArray[np.bool_], nodes: _Nodes,
-                 label: Callable[[str, bool], str]) -> npt.NDArray[np.int64]:
-    """The node of every slice in the tree its enclosing frames make (0: inside no frame).
+def _frame_nodes(frames: pd.DataFrame, nodes: _Nodes, label: Callable[[str, bool], str]) -> dict[int, int]:
+    """The node of every frame in the tree its enclosing frames make.
 
     A frame's node is (its enclosing frame's node, its label); frames are taken level by level,
     each level after the one around it, so each step is a few vectorised operations however many
     frames there are.
+
+    Args:
+        frames: ``id``, ``name``, ``depth`` and ``enclosing_id`` (the innermost frame around it,
+            missing for none) of every frame.
+        nodes: the tree's nodes, added to.
+        label: a frame's node name from its slice name, and whether it hangs from the root.
+
+    Returns:
+        Frame id -> node.
     """
-    rows = len(slices)
-    node_of = np.zeros(rows, dtype=np.int64)
-    if not is_frame.any():
-        return node_of
-    enclosing = nearest_ancestor_positions(slices, is_frame)
-    frames = np.flatnonzero(is_frame)
-    names = slices["name"].astype(str).to_numpy()
-    depth = slices["depth"].to_numpy(dtype=np.int64)
-    for level in np.unique(depth[frames]):
-        here = frames[depth[frames] == level]
+    if frames.empty:
+        return {}
+    ids = frames["id"].to_numpy(dtype=np.int64)
+    position = pd.Index(ids)
+    enclosing = position.get_indexer(frames["enclosing_id"].astype("Int64").fillna(NONE).to_numpy(dtype=np.int64))
+    names = frames["name"].astype(str).to_numpy()
+    depth = frames["depth"].to_numpy(dtype=np.int64)
+    node_of = np.zeros(len(frames), dtype=np.int64)
+    for level in np.unique(depth):
+        here = np.flatnonzero(depth == level)
         around = enclosing[here]
         pairs = pd.DataFrame({
             "parent": np.where(around == NONE, 0, node_of[np.maximum(around, 0)]),
@@ -158,9 +169,54 @@ def _frame_nodes(slices: pd.DataFrame, is_frame: npt.NDArray[np.bool_], nodes: _
             for parent, name in zip(distinct["parent"], distinct["name"], strict=True)
         ])
         node_of[here] = pairs.merge(distinct, on=["parent", "name"], how="left")["node"].to_numpy()
-    inside = enclosing != NONE
-    node_of[~is_frame & inside] = node_of[enclosing[~is_frame & inside]]
-    return node_of
+    return dict(zip(ids.tolist(), node_of.tolist(), strict=True))
+
+
+# Slices that are frames of each view: module calls (the layers collector's, or Kineto's
+# ``nn.Module:`` frames), or Python frames.
+_FRAMES = {
+    TreeView.SCOPE: f"(kind = '{Kind.MODULE}' OR (kind = '{Kind.PYTHON}' AND name LIKE '{KINETO_MODULE_PREFIX}%'))",
+    TreeView.CODE: f"kind = '{Kind.PYTHON}'",
+}
+
+
+def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min_percent: float) -> pd.DataFrame:
+    """One query finds the frames, another sums the ops' execution time per (innermost frame,
+    scope); the tree is built from those two small results."""
+    scope = "s.scope" if view is TreeView.SCOPE else "CAST(NULL AS STRING)"
+    frame_ancestry = nearest_ancestor(run.engine.dialect, _FRAMES[view], rank)
+    with run.kept("dlprof_frame_ancestry", frame_ancestry) as ancestry, kept_op_costs(run, rank) as costs:
+        frames = run.sql(
+            f"SELECT s.id, s.name, s.depth, a.ancestor_id AS enclosing_id "
+            f"FROM {ancestry} a JOIN slices s ON s.rank = a.rank AND s.id = a.id WHERE a.is_wanted "
+            "ORDER BY s.rank, s.pid, s.tid, s.start_ns, s.dur_ns DESC, s.depth, s.id"
+        )
+        per_place = run.sql(
+            f"SELECT a.ancestor_id AS frame_id, {scope} AS scope, sum(c.exec_ns) AS exec_ns, count(*) AS ops "
+            f"FROM slices s JOIN {costs} c ON c.rank = s.rank AND c.id = s.id "
+            f"LEFT JOIN {ancestry} a ON a.rank = s.rank AND a.id = s.id "
+            f"WHERE s.{IS_OP}{rank_condition(rank, 's.rank')} GROUP BY a.ancestor_id, {scope}"
+        )
+    nodes = _Nodes()
+    if view is TreeView.SCOPE:
+        frame_node = _frame_nodes(frames, nodes, layer_label)
+    else:
+        frame_node = _frame_nodes(frames, nodes, lambda name, _outermost: frame_label(name))
+        nodes.skip_runner()
+    place = []
+    for frame_id, scope_path in zip(per_place["frame_id"], per_place["scope"], strict=True):
+        if isinstance(scope_path, str):
+            # A recorded scope (TensorFlow) wins over module slices around the op.
+            place.append(nodes.of_path([part for part in scope_path.split("/") if part]))
+        else:
+            place.append(0 if pd.isna(frame_id) else frame_node.get(int(frame_id), 0))
+    count = len(nodes.name)
+    where = np.asarray(place, dtype=np.int64)
+    self_ns = np.bincount(where, weights=per_place["exec_ns"].to_numpy(dtype=np.float64),
+                          minlength=count).round().astype(np.int64)
+    self_ops = np.bincount(where, weights=per_place["ops"].to_numpy(dtype=np.float64),
+                           minlength=count).astype(np.int64)
+    return tree_frame(nodes.parent, nodes.name, self_ns, self_ops, PATH_SEPARATOR[view], max_depth, min_percent)
 
 
 def scope_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
@@ -177,18 +233,7 @@ def scope_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
     Returns:
         :data:`TREE_COLUMNS`, one row per node (see :func:`tree_frame`).
     """
-    slices = rank_slices(run, rank)
-    kinds, names = slices["kind"].astype(str), slices["name"].astype(str)
-    is_module = ((kinds == Kind.MODULE)
-                 | ((kinds == Kind.PYTHON) & names.str.startswith(KINETO_MODULE_PREFIX))).to_numpy()
-    nodes = _Nodes()
-    node_of = _frame_nodes(slices, is_module, nodes, layer_label)
-    # A recorded scope (TensorFlow) wins over module slices around the op.
-    codes, scopes = pd.factorize(slices["scope"].astype(object))
-    scope_nodes = np.array([nodes.of_path([s for s in str(scope).split("/") if s]) for scope in scopes],
-                           dtype=np.int64)
-    node_of[codes != NONE] = scope_nodes[codes[codes != NONE]]
-    return _attribute_ops(run, rank, slices, node_of, nodes, TreeView.SCOPE, max_depth, min_percent)
+    return _tree(run, TreeView.SCOPE, rank, max_depth, min_percent)
 
 
 def code_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
@@ -204,34 +249,13 @@ def code_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
     Returns:
         :data:`TREE_COLUMNS`, one row per node (see :func:`tree_frame`).
     """
-    slices = rank_slices(run, rank)
-    is_frame = (slices["kind"] == Kind.PYTHON).to_numpy()
-    nodes = _Nodes()
-    node_of = _frame_nodes(slices, is_frame, nodes, lambda name, _outermost: frame_label(name))
-    nodes.skip_runner()
-    return _attribute_ops(run, rank, slices, node_of, nodes, TreeView.CODE, max_depth, min_percent)
+    return _tree(run, TreeView.CODE, rank, max_depth, min_percent)
 
 
 def tree(run: Run, view: TreeView, rank: int | None = None, max_depth: int | None = None,
          min_percent: float = 0.0) -> pd.DataFrame:
     """The scope or the code tree (see :func:`scope_tree` and :func:`code_tree`)."""
-    build = scope_tree if view is TreeView.SCOPE else code_tree
-    return build(run, rank=rank, max_depth=max_depth, min_percent=min_percent)
-
-
-def _attribute_ops(run: Run, rank: int | None, slices: pd.DataFrame, node_of: npt.NDArray[np.int64],
-                   nodes: _Nodes, view: TreeView, max_depth: int | None,
-                   min_percent: float) -> pd.DataFrame:
-    """Sum each op's execution time onto its node, then build the tree's frame."""
-    costs = op_costs(run, rank).set_index("id")
-    is_op = (slices["kind"] == Kind.OP).to_numpy()
-    op_ids = slices["id"].to_numpy(dtype=np.int64)[is_op]
-    exec_ns = costs["exec_ns"].reindex(op_ids).fillna(0).to_numpy(dtype=np.float64)
-    count = len(nodes.name)
-    self_ns = np.bincount(node_of[is_op], weights=exec_ns, minlength=count).round().astype(np.int64)
-    self_ops = np.bincount(node_of[is_op], minlength=count).astype(np.int64)
-    return tree_frame(nodes.parent, nodes.name, self_ns, self_ops, PATH_SEPARATOR[view],
-                      max_depth, min_percent)
+    return _tree(run, view, rank, max_depth, min_percent)
 
 
 def tree_frame(parents: list[int], names: list[str], self_ns: npt.NDArray[np.int64],

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof.analysis.derived import BUILTIN_BY_NAME, Grouping, derived_metrics
+from dlprof.analysis.sql import launch_calls
 from dlprof.importers.kineto import PROFILER_RANGE
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -283,35 +284,37 @@ def kernel_summaries(run: Run) -> list[KernelSummary]:
     Counter ratios come from the kernels' own counters and from cuda_profiler_range slices of
     the same name (Kineto's range profiler names each range after its kernel), summed first.
     """
-    slices = run.slices
-    kernels = slices[slices["kind"] == Kind.KERNEL].copy()
-    if kernels.empty:
-        return []
-    kernels["blocks"] = kernels["grid"].map(_grid_blocks)
-    kernels["launch_ns"] = _launch_durations(slices, kernels)
-    dur = kernels["dur_ns"].astype("float64")
-    occupancy = kernels["occupancy"].astype("float64")
-    kernels["occupancy_time"] = occupancy * dur
-    kernels["occupancy_weight"] = dur.where(occupancy.notna(), 0.0)
-    grouped = kernels.groupby("name", sort=False)
-    summary = grouped.agg(
-        calls=("id", "size"),
-        self_ns=("self_ns", "sum"),
-        total_ns=("dur_ns", "sum"),
-        device=("device", "first"),
-        registers=("registers", "max"),
-        blocks=("blocks", "median"),
-        # The shortest: a first launch also loads the module (seconds, not microseconds).
-        launch_ns=("launch_ns", "min"),
-        occupancy_time=("occupancy_time", "sum"),
-        occupancy_weight=("occupancy_weight", "sum"),
+    kernels = (
+        f"SELECT k.name, k.self_ns, k.dur_ns, k.device, k.start_ns, k.registers, k.grid, "
+        f"CAST(k.occupancy AS DOUBLE) AS occupancy, c.dur_ns AS launch_ns FROM slices k "
+        f"LEFT JOIN ({launch_calls(with_parent=False)}) AS c ON c.rank = k.rank AND c.correlation_id = k.correlation_id "
+        f"WHERE k.kind = '{Kind.KERNEL}'"
     )
+    summary = run.query(
+        "SELECT name, count(*) AS calls, CAST(coalesce(sum(self_ns), 0) AS BIGINT) AS self_ns, "
+        "CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS total_ns, min_by(device, start_ns) AS device, "
+        "max(registers) AS registers, min(launch_ns) AS launch_ns, "
+        "sum(occupancy * dur_ns) AS occupancy_time, "
+        "sum(CASE WHEN occupancy IS NOT NULL THEN dur_ns ELSE 0 END) AS occupancy_weight "
+        f"FROM ({kernels}) AS kernels GROUP BY name ORDER BY name"
+    )
+    if not summary.rows:
+        return []
+    # Grids are few per kernel: their block counts come back per (name, grid), and the median
+    # over calls is taken here, weighted by how often each grid was launched.
+    grids: dict[str, list[tuple[float, int]]] = {}
+    for name, grid, calls in run.query(f"SELECT name, grid, count(*) FROM ({kernels}) AS kernels GROUP BY name, grid"):
+        per_grid = _grid_blocks(grid)
+        if not math.isnan(per_grid):
+            grids.setdefault(str(name), []).append((per_grid, int(calls)))
     ratios = _counter_ratios(run)
     found = []
-    for name, row in summary.iterrows():
-        weight = float(row["occupancy_weight"])
+    for row in summary.records():
+        name = str(row["name"])
+        weight = float(row["occupancy_weight"] or 0.0)
+        median_blocks = _weighted_median(grids.get(name, []))
         found.append(KernelSummary(
-            name=str(name),
+            name=name,
             calls=int(row["calls"]),
             self_ns=int(row["self_ns"]),
             total_ns=int(row["total_ns"]),
@@ -319,11 +322,28 @@ def kernel_summaries(run: Run) -> list[KernelSummary]:
             # Time-weighted, so that the calls that take the time decide.
             occupancy=float(row["occupancy_time"]) / weight if weight > 0 else None,
             registers=_optional_int(row["registers"]),
-            blocks=_optional_int(row["blocks"]),
-            launch_ns=None if pd.isna(row["launch_ns"]) else float(row["launch_ns"]),
-            per_inst=ratios.get(str(name), {}),
+            # The shortest launch: a first launch also loads the module (seconds, not microseconds).
+            launch_ns=None if row["launch_ns"] is None else float(row["launch_ns"]),
+            blocks=None if median_blocks is None else int(median_blocks),
+            per_inst=ratios.get(name, {}),
         ))
     return found
+
+
+def _weighted_median(counted: list[tuple[float, int]]) -> float | None:
+    """The median of values each repeated ``count`` times (the mean of the two middle ones for
+    an even total, as pandas' median); None for no values."""
+    total = sum(count for _, count in counted)
+    if not total:
+        return None
+    ordered = sorted(counted)
+    middle = [(total - 1) // 2, total // 2]
+    found: list[float] = []
+    seen = 0
+    for value, count in ordered:
+        found += [value for position in middle if seen <= position < seen + count]
+        seen += count
+    return sum(found) / 2
 
 
 def _counter_ratios(run: Run) -> dict[str, dict[str, float]]:
@@ -336,15 +356,6 @@ def _counter_ratios(run: Run) -> dict[str, dict[str, float]]:
             if pd.notna(value):
                 ratios.setdefault(str(name), {})[metric.name] = float(value)
     return ratios
-
-
-def _launch_durations(slices: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
-    """Duration of the runtime call that launched each kernel (same rank and correlation id)."""
-    calls = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
-    calls = calls.drop_duplicates(["rank", "correlation_id"]).set_index(["rank", "correlation_id"])
-    keys = pd.MultiIndex.from_frame(kernels[["rank", "correlation_id"]])
-    found = calls["dur_ns"].astype("float64").reindex(keys)
-    return pd.Series(found.to_numpy(), index=kernels.index)
 
 
 def _grid_blocks(grid: object) -> float:

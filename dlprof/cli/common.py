@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from dlprof.config import RUNS_DIR
+from dlprof.engine import ENGINE_VARIABLE, choose_engine
+from dlprof.keys import EngineKind
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn
 
 
 class UsageError(Exception):
@@ -58,19 +55,32 @@ def check_rank(run: Run, rank: int | None) -> None:
     """Fail with one line naming the run's ranks when ``rank`` (if given) is not one of them."""
     if rank is None:
         return
-    ranks = sorted({int(r) for r in run.slices["rank"].unique()})
+    ranks = run.ranks()
     if rank not in ranks:
         raise UsageError(f"{run.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks)) or 'none'}")
 
 
 run_argument = click.argument("run", required=False, metavar="[RUN]")
 
-ROW_COLUMNS = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
+def _choose_engine(_context: click.Context, _parameter: click.Parameter, value: str | None) -> None:
+    choose_engine(value)
+
+
+# --engine on every command that reads a run: the engine of the runs it loads.
+engine_option = click.option(
+    "--engine", type=click.Choice([str(k) for k in EngineKind], case_sensitive=False), default=None,
+    expose_value=False, callback=_choose_engine, is_eager=True,
+    help=f"Query engine: duckdb (embedded, the default) or spark (Apache Spark, master from its own "
+         f"configuration). Default: ${ENGINE_VARIABLE}, else duckdb.")
 
 def progress_bar(*columns: ProgressColumn) -> Progress:
     """A transient progress bar on stderr (stdout stays for results), shown only on a terminal:
-    off one, rich would leave a blank line behind."""
+    off one, rich would leave a blank line behind. Without ``columns``: a description, a bar,
+    done of total, and the time elapsed."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
-    return Progress(*(columns or ROW_COLUMNS), console=console, transient=True,
-                    disable=not console.is_terminal)
+    shown = columns or (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*shown, console=console, transient=True, disable=not console.is_terminal)

@@ -19,7 +19,7 @@ from dlprof.analysis.diff import (
     regressed,
     work_steps,
 )
-from dlprof.cli.common import UsageError, check_rank, open_run
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import render_diff
@@ -101,6 +101,7 @@ class Duration(click.ParamType[int]):
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or every column as CSV or JSON for a script.")
+@engine_option
 def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, rank_text: str | None,
             fail_above: float | None, min_ns: int, limit: int, fmt: str) -> int:
     runs = (open_run(run_a), open_run(run_b))
@@ -140,11 +141,9 @@ def _kinds(asked: tuple[str, ...], runs: tuple[Run, Run], ranks: RankPair) -> tu
     compare nothing), or by default ops and kernels where the runs hold them (a CPU-only run
     has no kernels)."""
     for run in runs:
-        if run.slices.empty:
+        if not kinds_present(run):
             raise UsageError(f"{run.path}: the run holds no slices ({run.status})")
-    present = [set(kinds_present(run)) if rank is None else
-               set(run.slices.loc[run.slices["rank"] == rank, "kind"].astype(str))
-               for run, rank in zip(runs, ranks, strict=True)]
+    present = [set(kinds_present(run, rank)) for run, rank in zip(runs, ranks, strict=True)]
     wanted = tuple(dict.fromkeys(asked)) or tuple(str(k) for k in DEFAULT_KINDS)
     found = tuple(kind for kind in wanted if any(kind in held for held in present))
     missing = [kind for kind in wanted if kind not in found]

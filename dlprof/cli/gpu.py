@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dlprof.analysis.gpu import ALL, gpu_breakdown
-from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -56,6 +56,7 @@ _DELAY_COLUMNS = [
     show_default=True,
     help="Tables for a person, or every column as CSV or JSON for a script.",
 )
+@engine_option
 def command(run: str | None, rank: int | None, fmt: str) -> int:
     loaded = open_run(run)
     print_gpu(loaded, rank=rank, fmt=TableFormat(fmt))

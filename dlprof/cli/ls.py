@@ -6,9 +6,9 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from dlprof.config import RUNS_DIR
+from dlprof.engine.rows import Rows
 from dlprof.keys import TableFormat
 from dlprof.store.catalog import list_runs
 from dlprof.viewers.terminal import write_table
@@ -39,7 +39,7 @@ def command(parent: Path, fmt: str) -> int:
     table_format = TableFormat(fmt)
     if table_format is not TableFormat.TABLE:
         write_table(runs, "", table_format)
-    elif runs.empty:
+    elif not runs:
         click.echo(f"no runs under {parent}; profile a program first: dlprof run script.py")
     else:
         title = f"{len(runs)} run{'s' if len(runs) != 1 else ''} under {parent}"
@@ -47,23 +47,23 @@ def command(parent: Path, fmt: str) -> int:
     return 0
 
 
-def for_people(runs: pd.DataFrame) -> pd.DataFrame:
+def for_people(runs: Rows) -> Rows:
     """The listing as text cells: local start time, a duration and a size with their units.
 
     Args:
-        runs: :func:`dlprof.store.catalog.list_runs`'s frame.
+        runs: :func:`dlprof.store.catalog.list_runs`'s rows.
 
     Returns:
         Columns name, Script, Status, Started, Duration, Events, Size (headers as shown), as strings.
     """
-    return pd.DataFrame({
-        "name": runs["name"],
-        "Script": runs["script"],
-        "Status": runs["status"],
-        "Started": [_local_time(ns) for ns in runs["start_ns"]],
-        "Duration": [human_duration(ns) if ns else "" for ns in runs["duration_ns"]],
-        "Events": ["" if pd.isna(n) else f"{int(n):,}" for n in runs["events"]],
-        "Size": [human_size(b) for b in runs["size_bytes"]],
+    return Rows.from_columns({
+        "name": runs.column("name"),
+        "Script": runs.column("script"),
+        "Status": runs.column("status"),
+        "Started": [_local_time(ns) for ns in runs.column("start_ns")],
+        "Duration": [human_duration(ns) if ns else "" for ns in runs.column("duration_ns")],
+        "Events": ["" if n is None else f"{int(n):,}" for n in runs.column("events")],
+        "Size": [human_size(b) for b in runs.column("size_bytes")],
     })
 
 

@@ -1,26 +1,60 @@
-"""The ``dlprof`` command line: ``main(argv) -> int``, usable in-process and as a program."""
+"""The ``dlprof`` command line: ``main(argv) -> int``, usable in-process and as a program.
+
+Subcommands are imported only when run: ``dlprof --help`` lists them from :data:`COMMANDS`
+without loading any, so it starts in the time Python and click take, and a command loads only
+what it uses (``dlprof ls`` and ``dlprof info`` read manifests, never Arrow, pandas or an engine).
+"""
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 
 import click
 
-import dlprof.cli
 from dlprof import __version__
-from dlprof.cli.common import UsageError
-from dlprof.store.reader import RunError
 
-# Modules of dlprof.cli that are not subcommands; every other one defines `command`.
-_NOT_SUBCOMMANDS = frozenset({"main", "common"})
-SUBCOMMANDS = tuple(
-    sorted(m.name for m in pkgutil.iter_modules(dlprof.cli.__path__) if m.name not in _NOT_SUBCOMMANDS)
-)
+# Every subcommand: its module under dlprof.cli, and the line ``dlprof --help`` shows for it.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "counters": ("counters", "List the counters dlprof can count on this machine, per backend."),
+    "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
+    "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
+    "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, launch delays."),
+    "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
+    "info": ("info", "Show what a run is: status, command, times, host, devices, collectors."),
+    "ls": ("ls", "List the runs under ./dlprof-runs, newest first."),
+    "metrics": ("metrics", "Derived metrics (IPC, FLOPs...) from a run's counters."),
+    "pprof": ("tau_profile", "A run's flat profile per rank and thread, in TAU's pprof layout."),
+    "ranks": ("ranks", "Compare the ranks of a job: compute, communication, idle, stragglers."),
+    "report": ("report", "Write a run's report as one HTML file that works offline."),
+    "run": ("run", "Run a Python script (or -m module) under the profiler."),
+    "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
+    "tree": ("tree", "Op time down a tree of name scopes, layers or Python code."),
+    "tune": ("tune", "Rank a run's kernels by how much tuning them may gain, and why."),
+    "view": ("view", "Open a run's timeline in the Perfetto UI (ui.perfetto.dev)."),
+}
+SUBCOMMANDS = tuple(sorted(COMMANDS))
+
+
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported when one is run (or its own help asked for)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        command: click.Command = importlib.import_module(f"dlprof.cli.{COMMANDS[cmd_name][0]}").command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in SUBCOMMANDS])
 
 
 @click.group(
+    cls=_LazyGroup,
     help="dlprof: profile deep-learning programs; see where the time and memory go.\n\n"
     "Start with `dlprof run train.py`, then `dlprof top`.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -30,12 +64,11 @@ def cli() -> None:
     pass
 
 
-for _name in SUBCOMMANDS:
-    cli.add_command(importlib.import_module(f"dlprof.cli.{_name}").command)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status instead of exiting."""
+    from dlprof.cli.common import UsageError
+    from dlprof.store.reader import RunError
+
     try:
         result = cli.main(args=argv, prog_name="dlprof", standalone_mode=False)
     except click.exceptions.Exit as done:

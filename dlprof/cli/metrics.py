@@ -19,7 +19,7 @@ from dlprof.analysis.derived import (
     parse_metric_option,
     source_counters,
 )
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -69,6 +69,7 @@ _NAME_SOURCES = ("names are the run's counters, with or without their source pre
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@engine_option
 def command(run: str | None, options: tuple[str, ...], group_by: str, kinds: tuple[str, ...],
             limit: int, list_only: bool, fmt: str) -> int:
     try:
@@ -107,7 +108,8 @@ def _nothing_computable(loaded: Run, table: DerivedTable) -> str:
     counters: list[str] = []
     for names in table.missing.values():
         counters += [perfworks_name(n) for n in names if perfworks_name(n) not in counters]
-    where = "it holds no counter values" if loaded.metrics.empty else "it lacks their counters"
+    has_values = bool(loaded.query("SELECT 1 FROM metrics LIMIT 1").rows)
+    where = "it lacks their counters" if has_values else "it holds no counter values"
     if not counters:
         reasons = "; ".join(f"{name}: {why}" for name, why in table.unavailable.items())
         return f"{loaded.path}: no built-in metric can be computed for this run ({reasons})"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 import pandas as pd
 
+from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, rank_summary, stragglers
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, short_name, write_table
@@ -48,6 +49,7 @@ _LAGS = [("step_lag_pct", "Step lag %"), ("arrival_lag_pct", "Arrival lag %")]
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or every column as CSV or JSON for a script.")
+@engine_option
 def command(run: str | None, threshold: float, by_step: bool, fmt: str) -> int:
     loaded = open_run(run)
     print_ranks(loaded, threshold, by_step, TableFormat(fmt))
@@ -57,7 +59,7 @@ def command(run: str | None, threshold: float, by_step: bool, fmt: str) -> int:
 def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: bool = False,
                 fmt: TableFormat = TableFormat.TABLE) -> None:
     """Print a run's rank analysis, or fail with one line saying why there is none."""
-    if loaded.slices.empty:
+    if not kinds_present(loaded):
         raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
     name = f"{loaded.path.name} ({loaded.status})"
     if by_step:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from dlprof.analysis.report_data import STAGES, report_data
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.viewers.html_report import render_report
 
 HELP = """Write a run's report as one HTML file that works offline.
@@ -35,6 +35,7 @@ Examples:
 @run_argument
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the HTML (default: RUN/report.html).")
+@engine_option
 def command(run: str | None, output: Path | None) -> int:
     loaded = open_run(run)
     target = output if output is not None else loaded.path / "report.html"

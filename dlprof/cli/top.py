@@ -6,13 +6,11 @@ from enum import StrEnum
 
 import click
 
-from dlprof.analysis.aggregate import kinds_present, top
-from dlprof.analysis.tfprof import op_view
-from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.analysis.aggregate import kinds_present, top_rows
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
-from dlprof.viewers.tfprof_text import write_op_view
 
 HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
 
@@ -26,6 +24,7 @@ Examples:
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
   dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
   dlprof top RUN --format json           # for scripts
+  dlprof top RUN --engine spark          # the same table, computed by Apache Spark
 """
 
 
@@ -49,6 +48,7 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
               help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
 @click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
+@engine_option
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
             per_rank: bool, fmt: str) -> int:
     loaded = open_run(run)
@@ -75,7 +75,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         _print_op_view(loaded, kind, by, limit, rank, fmt)
         return
     try:
-        table = top(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
+        table = top_rows(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
                     per_rank=per_rank)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -86,6 +86,9 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
 def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,
                    fmt: TableFormat) -> None:
     """tfprof's op view: requested bytes, total, accelerator and CPU time, occurrence per op type."""
+    from dlprof.analysis.tfprof import op_view
+    from dlprof.viewers.tfprof_text import write_op_view
+
     if kind != Kind.OP:
         raise UsageError(f"--group-by type is tfprof's op view, of ops: drop --kind {kind}")
     try:

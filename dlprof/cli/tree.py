@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.trees import tree
-from dlprof.cli.common import UsageError, check_rank, open_run, run_argument
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.keys import Kind, TableFormat, TreeView
 from dlprof.store.reader import Run
 from dlprof.viewers.tfprof_text import write_tree
@@ -43,6 +44,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="A drawn tree for a person, CSV or JSON rows for a script.")
+@engine_option
 def command(run: str | None, view: str, depth: int | None, min_percent: float, rank: int | None,
             fmt: str) -> int:
     loaded = open_run(run)
@@ -54,12 +56,11 @@ def print_tree(loaded: Run, view: TreeView, depth: int | None = None, min_percen
                rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
     """Print a run's scope or code tree, or fail with one line saying what the run lacks."""
     check_rank(loaded, rank)
-    slices = loaded.slices if rank is None else loaded.slices[loaded.slices["rank"] == rank]
     where = f" on rank {rank}" if rank is not None else ""
-    kinds = slices["kind"].astype(str)
-    if not (kinds == Kind.OP).any():
+    kinds = set(kinds_present(loaded, rank))
+    if Kind.OP not in kinds:
         raise UsageError(f"{loaded.path}: no ops{where} to attribute ({loaded.status})")
-    if view is TreeView.CODE and not (kinds == Kind.PYTHON).any():
+    if view is TreeView.CODE and Kind.PYTHON not in kinds:
         raise UsageError(
             f"{loaded.path}: no Python stacks{where}; record them with dlprof run --with-stack "
             "(PyTorch) or TensorFlow's Python tracer"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tuning import Basis, tuning_candidates
-from dlprof.cli.common import UsageError, open_run, run_argument
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.importers.kineto import PROFILER_RANGE
 from dlprof.keys import TableFormat
 from dlprof.viewers.terminal import short_name, write_table
@@ -44,6 +44,7 @@ _BASIS_WORDS = {
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@engine_option
 def command(run: str | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
     try:

@@ -3,10 +3,11 @@
 This is I/O over run directories (manifests, Parquet footers, file sizes), not analysis of one
 run, so it lives beside the reader::
 
-    list_runs(Path("dlprof-runs"))   # name, script, status, start_ns, duration_ns, events, ...
+    list_runs(Path("dlprof-runs")).records()   # name, script, status, start_ns, duration_ns, ...
 
 A directory whose ``run.json`` cannot be read is still listed, with status ``unreadable``, so
-that one damaged run never hides the others.
+that one damaged run never hides the others. Only manifests are read (and, for a run that never
+finished, its Parquet footers), so listing loads neither pandas nor a query engine.
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from dlprof.engine.rows import Rows
 from dlprof.keys import StoreTable
 from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
@@ -30,31 +28,23 @@ UNREADABLE = "unreadable"
 COLUMNS = ("name", "script", "status", "start_ns", "duration_ns", "events", "size_bytes", "path")
 
 
-def list_runs(parent: Path) -> pd.DataFrame:
+def list_runs(parent: Path) -> Rows:
     """One row per run directory directly under ``parent``, newest first.
 
     Args:
         parent: the directory holding run directories (``./dlprof-runs`` by default in the CLI).
 
     Returns:
-        A frame with :data:`COLUMNS`: ``status`` as the reader reports it (``killed`` for a run
+        Rows with :data:`COLUMNS`: ``status`` as the reader reports it (``killed`` for a run
         left ``running`` by a writer that is gone); ``events`` the rows of every table (None when
-        unknown); ``start_ns`` epoch nanoseconds (0 when the manifest has none). Empty (with the
-        columns) when ``parent`` holds no runs or does not exist.
+        unknown); ``start_ns`` epoch nanoseconds (0 when the manifest has none). No rows (with
+        the columns) when ``parent`` holds no runs or does not exist.
     """
     rows = [_row(directory) for directory in _run_dirs(parent)]
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    if frame.empty:
-        return frame
     # Runs without a start time (unreadable ones) sort by their manifest's age instead.
-    order = [
-        (row["start_ns"] or _mtime_ns(Path(row["path"]) / MANIFEST_NAME), row["name"])
-        for row in rows
-    ]
-    ranked = sorted(range(len(rows)), key=lambda i: order[i], reverse=True)
-    frame = frame.iloc[ranked].reset_index(drop=True)
-    frame["events"] = frame["events"].astype(pd.Int64Dtype())
-    return frame
+    rows.sort(key=lambda row: (row["start_ns"] or _mtime_ns(Path(row["path"]) / MANIFEST_NAME), row["name"]),
+              reverse=True)
+    return Rows(COLUMNS, [tuple(row[c] for c in COLUMNS) for row in rows])
 
 
 def script_of(command: list[str]) -> str:
@@ -112,6 +102,9 @@ def event_count(run: Run) -> int | None:
     """
     if run.manifest.counts:
         return sum(run.manifest.counts.values())
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     total = 0
     for table in StoreTable:
         table_dir = run.path / str(table)

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from dlprof.keys import RunStatus
-from dlprof.store.schema import SCHEMA_VERSION
+from dlprof.store.version import SCHEMA_VERSION
 
 MANIFEST_NAME = "run.json"
 # In a run of several ranks, each rank's own manifest: ranks/<rank>.json.

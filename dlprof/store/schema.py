@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
+from dlprof.store.version import SCHEMA_VERSION
 
-# 2: slices gained op_type and scope (older runs read with them null).
-SCHEMA_VERSION = 2
+__all__ = ["SCHEMAS", "SCHEMA_VERSION", "conform", "write_parquet"]
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 

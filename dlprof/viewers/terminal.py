@@ -1,19 +1,29 @@
-"""Tables for a terminal (rich), and the same tables as CSV or JSON for scripts."""
+"""Tables for a terminal (rich), and the same tables as CSV or JSON for scripts.
+
+A table is a pandas DataFrame or, where a command avoids loading pandas (``dlprof top``,
+``dlprof ls``), :class:`dlprof.engine.rows.Rows`; both print alike.
+"""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import math
 import sys
-from typing import TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlprof.engine.rows import Rows
 from dlprof.keys import TableFormat
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"), (1, "ns"))
 
@@ -39,8 +49,24 @@ _HEADERS = {
 }
 
 
-def _time_unit(values: pd.Series) -> tuple[int, str]:
-    largest = float(values.abs().max()) if len(values) else 0.0
+def _missing(value: Any) -> bool:
+    """None, NaN, or pandas' NA."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and pd.NA are not equal to themselves
+    except TypeError:  # pd.NA's comparison has no truth value
+        return True
+
+
+def _values(values: Any) -> list[Any]:
+    """A column as a list of Python values (a Series, an array or a list)."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _time_unit(values: Sequence[Any]) -> tuple[int, str]:
+    present = [abs(float(v)) for v in values if not _missing(v)]
+    largest = max(present) if present else 0.0
     for scale, unit in _TIME_UNITS:
         if largest >= scale * 10:
             return scale, unit
@@ -99,10 +125,15 @@ def _collapse(text: str, opening: str, closing: str) -> str:
     return "".join(out)
 
 
-def format_column(name: str, values: pd.Series, header: str | None = None) -> tuple[str, list[str]]:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def format_column(name: str, values: Any, header: str | None = None) -> tuple[str, list[str]]:
     """A column's header (``header`` or the column's usual one, with its unit) and its cells as
     text, in one unit per column."""
     header = header or _HEADERS.get(name, name)
+    values = _values(values)
     if name.endswith("_ns"):
         scale, unit = _time_unit(values)
         return f"{header} ({unit})", [f"{v / scale:,.3f}" for v in values]
@@ -112,7 +143,7 @@ def format_column(name: str, values: pd.Series, header: str | None = None) -> tu
         return header, ["" if not v else _count(v) for v in values]
     if name == "name":
         return header, [short_name(str(v)) for v in values]
-    if ":" in name and pd.api.types.is_numeric_dtype(values):
+    if ":" in name and values and all(_is_number(v) for v in values):
         # A metric column (perf:page-faults): exact counts read best with thousands separators.
         return header, [f"{int(v):,}" for v in values]
     return header, [str(v) for v in values]
@@ -129,6 +160,8 @@ def readable_columns(table: pd.DataFrame, keys: list[str], groups: list[list[tup
     Returns:
         A frame of text cells, for :func:`write_table`.
     """
+    import pandas as pd
+
     shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
     for group in groups:
         stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
@@ -150,16 +183,25 @@ def _unit(column: str, viewer_header: str) -> str:
     return f" ({unit}" if opened else ""
 
 
-def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> None:
-    """Print a DataFrame as an aligned table with a title."""
+def _columns(frame: pd.DataFrame | Rows) -> tuple[list[str], dict[str, list[Any]]]:
+    """A table's column names and each column's values as a list."""
+    if isinstance(frame, Rows):
+        return list(frame.columns), {c: frame.column(c) for c in frame.columns}
+    names = [str(c) for c in frame.columns]
+    return names, {str(c): frame[c].tolist() for c in frame.columns}
+
+
+def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = None) -> None:
+    """Print a table as an aligned table with a title."""
     stream = out or sys.stdout
     # Off a terminal (a pipe, a file) nothing limits the width: keep names whole.
     width = None if stream.isatty() else 220
     console = Console(file=stream, width=width, highlight=False)
     table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     cells: list[list[str]] = []
-    for column in frame.columns:
-        header, values = format_column(column, frame[column])
+    names, columns = _columns(frame)
+    for column in names:
+        header, values = format_column(column, columns[column])
         numeric = column not in ("name", "input_shapes")
         if numeric:
             table.add_column(Text(header), justify="right", no_wrap=True)
@@ -172,15 +214,35 @@ def render_table(frame: pd.DataFrame, title: str, out: TextIO | None = None) -> 
     console.print(table)
 
 
-def write_table(frame: pd.DataFrame, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
+def write_table(frame: pd.DataFrame | Rows, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
     """Print ``frame`` in the chosen format: a table for a person, CSV or JSON for a script."""
     stream = out or sys.stdout
     if fmt is TableFormat.TABLE:
         render_table(frame, title, stream)
+    elif isinstance(frame, Rows):
+        _write_rows(frame, fmt, stream)
     elif fmt is TableFormat.CSV:
         buffer = io.StringIO()
         frame.to_csv(buffer, index=False)
         stream.write(buffer.getvalue())
     else:
         records = json.loads(frame.to_json(orient="records"))
+        stream.write(json.dumps(records, indent=1) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON or CSV writes it: missing values as null (empty in CSV)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _write_rows(rows: Rows, fmt: TableFormat, stream: TextIO) -> None:
+    """CSV or JSON of plain rows, laid out as pandas writes a DataFrame's."""
+    if fmt is TableFormat.CSV:
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow(rows.columns)
+        writer.writerows([["" if _plain(v) is None else v for v in row] for row in rows])
+    else:
+        records = [{k: _plain(v) for k, v in record.items()} for record in rows.records()]
         stream.write(json.dumps(records, indent=1) + "\n")

@@ -53,16 +53,16 @@ def runs(cnn_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 
 
 def test_list_runs_newest_first_with_killed_status(runs: Path) -> None:
-    frame = list_runs(runs)
-    assert tuple(frame.columns) == COLUMNS
-    assert list(frame["name"]) == ["c-killed", "b-failed", "a-cnn"]
-    assert list(frame["status"]) == ["killed", "failed", "complete"]
-    assert list(frame["script"]) == ["train.py", "app.train", frame["script"].iloc[2]]
-    assert (frame["size_bytes"] > 0).all()
+    listed = list_runs(runs)
+    assert listed.columns == COLUMNS
+    assert listed.column("name") == ["c-killed", "b-failed", "a-cnn"]
+    assert listed.column("status") == ["killed", "failed", "complete"]
+    assert listed.column("script") == ["train.py", "app.train", listed.column("script")[2]]
+    assert all(size > 0 for size in listed.column("size_bytes"))
     # The killed run has no counts in its manifest: its chunks' footers are counted instead.
-    assert list(frame["events"])[:2] == [2, 0]
-    assert frame["events"].iloc[2] == sum(Manifest.read(runs / "a-cnn").counts.values()) > 1000
-    assert frame["duration_ns"].iloc[1] == 2 * SECOND
+    assert listed.column("events")[:2] == [2, 0]
+    assert listed.column("events")[2] == sum(Manifest.read(runs / "a-cnn").counts.values()) > 1000
+    assert listed.column("duration_ns")[1] == 2 * SECOND
 
 
 def test_ls_table(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,9 +100,9 @@ def test_ls_without_runs_is_one_line_and_success(tmp_path: Path, monkeypatch: py
 def test_an_unreadable_manifest_is_listed_not_fatal(runs: Path) -> None:
     (runs / "d-broken").mkdir()
     (runs / "d-broken" / "run.json").write_text("{not json")
-    frame = list_runs(runs)
-    assert dict(zip(frame["name"], frame["status"], strict=True))["d-broken"] == UNREADABLE
-    assert len(frame) == 4
+    listed = list_runs(runs)
+    assert dict(zip(listed.column("name"), listed.column("status"), strict=True))["d-broken"] == UNREADABLE
+    assert len(listed) == 4
 
 
 @pytest.mark.parametrize(("command", "script"), [

@@ -35,7 +35,7 @@ from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
 from dlprof.store.writer import RankWriter
-from tests.analysis.test_pprof import MS, Span, write_run
+from tests.analysis.test_tau_profile import MS, Span, write_run
 from tests.conftest import KINETO_TRACES
 from tests.exporters.conftest import write_imported_run
 

@@ -212,3 +212,10 @@ def test_a_slice_that_began_late_in_the_one_before_comes_after_it() -> None:
     assert rows["conv backward"]["parent_id"] is None and rows["conv backward"]["depth"] == 0
     assert rows["relu backward"]["self_ns"] == 2_000
     assert report.moved_past_parent == 1 and report.extended_over_parent == 0
+
+
+def test_the_light_schema_version_is_the_schema_s() -> None:
+    # Manifests are read without Arrow, from dlprof.store.version; the schema module says the same.
+    from dlprof.store import schema, version
+
+    assert version.SCHEMA_VERSION == schema.SCHEMA_VERSION

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dlprof.cli.main import main
-from dlprof.viewers.pprof_text import HEADER, RULE, format_row, tau_time
-from tests.analysis.test_pprof import MS, NESTED, SEVERAL_TRACKS, Span, write_run
+from dlprof.viewers.tau_profile_text import HEADER, RULE, format_row, tau_time
+from tests.analysis.test_tau_profile import MS, NESTED, SEVERAL_TRACKS, Span, write_run
 
 
 @pytest.fixture()

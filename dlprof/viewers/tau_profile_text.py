@@ -1,7 +1,8 @@
-"""Flat profiles as plain text in TAU pprof's layout, for people who read TAU's output by eye.
+"""TAU's flat profiles as plain text, laid out as TAU's ``pprof`` tool prints them, for people who
+read TAU's output by eye (Google's pprof format is another thing: ``dlprof export -o prof.pb.gz``).
 
-    profiles = pprof_tables(run)
-    print(format_pprof(profiles, function_summaries(profiles)))
+    profiles = tau_profiles(run)
+    print(format_tau_profile(profiles, function_summaries(profiles)))
 
 Each thread gets TAU's block: ``NODE n;CONTEXT 0;THREAD t:``, a note naming the OS thread (or
 device stream) behind the numbers, the two-line column header between dashed rules, and one row
@@ -21,7 +22,7 @@ from typing import TextIO
 
 import pandas as pd
 
-from dlprof.analysis.pprof import FunctionSummary, ThreadProfile
+from dlprof.analysis.tau_profile import FunctionSummary, ThreadProfile
 
 RULE = "-" * 87
 HEADER = (
@@ -70,7 +71,7 @@ def format_row(
     inclusive_per_call_ns: float,
     name: str,
 ) -> str:
-    """One row of a pprof table, in TAU's ``%5.1f %s %s %11G %11G %10.0f %s`` layout.
+    """One row of a TAU profile table, in TAU's ``%5.1f %s %s %11G %11G %10.0f %s`` layout.
 
     Args:
         time_pct: inclusive time as a percentage of the thread's.
@@ -96,7 +97,7 @@ def format_row(
 
 
 def format_table(functions: pd.DataFrame) -> list[str]:
-    """A pprof table's rules, header and rows, as lines."""
+    """A TAU profile table's rules, header and rows, as lines."""
     lines = [RULE, *HEADER.splitlines(), RULE]
     for row in functions.itertuples(index=False):
         lines.append(
@@ -120,7 +121,7 @@ def thread_note(profile: ThreadProfile) -> str:
     return f"(rank {profile.rank}, pid {profile.pid}, {track}, {profile.device}; wall {wall} msec)"
 
 
-def format_pprof(
+def format_tau_profile(
     profiles: Iterable[ThreadProfile],
     summaries: Iterable[FunctionSummary] = (),
     title: str = "",
@@ -148,11 +149,11 @@ def format_pprof(
     return "\n".join(lines) + "\n"
 
 
-def write_pprof(
+def write_tau_profile(
     profiles: Iterable[ThreadProfile],
     summaries: Iterable[FunctionSummary] = (),
     title: str = "",
     out: TextIO | None = None,
 ) -> None:
-    """Print :func:`format_pprof`'s text to ``out`` (standard output by default)."""
-    (out or sys.stdout).write(format_pprof(profiles, summaries, title))
+    """Print :func:`format_tau_profile`'s text to ``out`` (standard output by default)."""
+    (out or sys.stdout).write(format_tau_profile(profiles, summaries, title))

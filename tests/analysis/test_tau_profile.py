@@ -1,4 +1,4 @@
-"""TAU pprof's flat profile per thread: values on hand-built runs with known nesting, and a real run.
+"""TAU's flat profile per thread: values on hand-built runs with known nesting, and a real run.
 
 Hand-built runs go through the real store (chunk, compact, manifest) so that nesting, parents and
 self times are the store's own, not made up by the test.
@@ -14,13 +14,13 @@ import pyarrow as pa
 import pytest
 
 import dlprof
-from dlprof.analysis.pprof import (
+from dlprof.analysis.tau_profile import (
     OTHERS,
-    PPROF_COLUMNS,
+    PROFILE_COLUMNS,
     SummaryKind,
     fold_others,
     function_summaries,
-    pprof_tables,
+    tau_profiles,
 )
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import SLOT_IMPORT, id_base
@@ -109,7 +109,7 @@ def nested_run(tmp_path: Path) -> dlprof.Run:
 
 
 def test_inclusive_exclusive_calls_and_subrs_follow_nesting(nested_run: dlprof.Run) -> None:
-    (profile,) = pprof_tables(nested_run)
+    (profile,) = tau_profiles(nested_run)
     table = rows(profile.functions)
     assert table["main"] == {
         "excl": 45.0, "incl": 100.0, "calls": 1, "subrs": 3, "pct": 66.667, "per_call": 100.0,
@@ -124,13 +124,13 @@ def test_inclusive_exclusive_calls_and_subrs_follow_nesting(nested_run: dlprof.R
     assert table["late"] == {
         "excl": 30.0, "incl": 30.0, "calls": 1, "subrs": 0, "pct": 20.0, "per_call": 30.0,
     }
-    assert list(profile.functions.columns) == PPROF_COLUMNS
+    assert list(profile.functions.columns) == PROFILE_COLUMNS
 
 
 def test_time_is_a_share_of_the_thread_wall_time_not_of_its_longest_slice(
     nested_run: dlprof.Run,
 ) -> None:
-    (profile,) = pprof_tables(nested_run)
+    (profile,) = tau_profiles(nested_run)
     assert profile.wall_ns == 150 * MS
     # main is the outermost slice, yet the thread ran 50 ms outside it.
     assert profile.functions.iloc[0]["time_pct"] == pytest.approx(100 * 100 / 150)
@@ -140,13 +140,13 @@ def test_time_is_a_share_of_the_thread_wall_time_not_of_its_longest_slice(
 
 def test_rows_are_sorted_by_inclusive_time_then_name(tmp_path: Path) -> None:
     spans = [*NESTED, Span("aa_tie", 200, 30)]  # ties "late" at 30 ms: name breaks the tie
-    (profile,) = pprof_tables(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
     assert profile.functions["name"].tolist() == ["main", "a", "aa_tie", "late", "b", "c"]
 
 
 def test_direct_recursion_counts_the_outermost_activation_only(tmp_path: Path) -> None:
     spans = [Span("f", 0, 100), Span("f", 10, 50), Span("f", 20, 20), Span("g", 30, 5)]
-    (profile,) = pprof_tables(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
     f = rows(profile.functions)["f"]
     # Summing every activation would give 170 ms; the inner two lie within the outer one.
     assert f["incl"] == 100.0
@@ -162,7 +162,7 @@ def test_indirect_recursion_through_another_name_is_not_double_counted(tmp_path:
         Span("f", 0, 100), Span("h", 10, 80), Span("f", 20, 40),  # f -> h -> f
         Span("f", 200, 10),  # a second, separate outermost activation
     ]
-    (profile,) = pprof_tables(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
     table = rows(profile.functions)
     assert table["f"]["incl"] == 110.0
     assert table["f"]["calls"] == 3
@@ -173,7 +173,7 @@ def test_indirect_recursion_through_another_name_is_not_double_counted(tmp_path:
 def test_a_name_nested_under_a_different_name_twice_counts_both(tmp_path: Path) -> None:
     # Siblings of one name are not recursion: both add to the inclusive time.
     spans = [Span("outer", 0, 100), Span("x", 10, 20), Span("x", 40, 20)]
-    (profile,) = pprof_tables(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
     assert rows(profile.functions)["x"]["incl"] == 40.0
 
 
@@ -187,7 +187,7 @@ SEVERAL_TRACKS = [
 
 
 def test_one_profile_per_rank_and_thread_numbered_by_first_activity(tmp_path: Path) -> None:
-    profiles = pprof_tables(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
+    profiles = tau_profiles(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
     found = [(p.rank, p.thread, p.tid, p.device, p.wall_ns // MS) for p in profiles]
     assert found == [
         (0, 0, 1, "cpu", 30),
@@ -201,13 +201,13 @@ def test_one_profile_per_rank_and_thread_numbered_by_first_activity(tmp_path: Pa
 
 def test_rank_selects_one_rank(tmp_path: Path) -> None:
     run = dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS))
-    (only,) = pprof_tables(run, rank=1)
+    (only,) = tau_profiles(run, rank=1)
     assert (only.rank, only.thread) == (1, 0)
-    assert pprof_tables(run, rank=5) == []
+    assert tau_profiles(run, rank=5) == []
 
 
 def test_total_and_mean_summaries_merge_threads_by_name(tmp_path: Path) -> None:
-    profiles = pprof_tables(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
+    profiles = tau_profiles(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
     total, mean = function_summaries(profiles)
     assert (total.kind, mean.kind) == (SummaryKind.TOTAL, SummaryKind.MEAN)
     assert total.threads == mean.threads == 4
@@ -227,7 +227,7 @@ def test_summaries_of_nothing_are_empty() -> None:
 
 
 def test_head_folds_the_remaining_rows_into_others(nested_run: dlprof.Run) -> None:
-    (profile,) = pprof_tables(nested_run)
+    (profile,) = tau_profiles(nested_run)
     cut = profile.head(2)
     table = rows(cut.functions)
     assert list(table) == ["main", "a", OTHERS]
@@ -265,17 +265,17 @@ def test_repeated_ids_within_a_rank_are_refused(tmp_path: Path) -> None:
     writer.compact()
     Manifest(name="dup", command=["x"], status=RunStatus.COMPLETE).write(run_dir)
     with pytest.raises(ValueError, match="slice id 5 is used twice"):
-        pprof_tables(dlprof.load(run_dir))
+        tau_profiles(dlprof.load(run_dir))
 
 
 def test_a_run_without_slices_has_no_profiles(tmp_path: Path) -> None:
-    assert pprof_tables(dlprof.load(write_run(tmp_path / "empty", []))) == []
+    assert tau_profiles(dlprof.load(write_run(tmp_path / "empty", []))) == []
 
 
 def test_real_cnn_run_tables_agree_with_its_slices(cnn_run: Path) -> None:
     run = dlprof.load(cnn_run)
     slices = run.slices
-    profiles = pprof_tables(run)
+    profiles = tau_profiles(run)
     tracks = slices.groupby(["rank", "pid", "tid", "device"]).size()
     assert len(profiles) == len(tracks)
     for profile in profiles:

@@ -1,0 +1,61 @@
+"""SQL that several analyses share: which slices are device work, and which CPU op launched it.
+
+Each helper returns a query (or a condition) over the run's views, in the SQL both engines speak
+(:mod:`dlprof.engine.dialect`), for an analysis to put in a ``WITH`` clause::
+
+    f"WITH launched AS ({launched_by_op()}) SELECT ... FROM slices s LEFT JOIN launched l ..."
+"""
+
+from __future__ import annotations
+
+from dlprof.keys import DEVICE_KINDS, Kind
+
+DEVICE_KINDS_SQL = "(" + ", ".join(f"'{k}'" for k in sorted(DEVICE_KINDS)) + ")"
+# A slice on a CPU thread, as nesting decides (a missing device is the CPU).
+ON_CPU = "coalesce(device, 'cpu') = 'cpu'"
+
+
+def rank_condition(rank: int | None, column: str = "rank") -> str:
+    """`` AND rank = N`` for one rank, nothing for every rank."""
+    return "" if rank is None else f" AND {column} = {int(rank)}"
+
+
+def launch_calls(with_parent: bool = True) -> str:
+    """The runtime call (``cudaLaunchKernel``...) behind each correlation id of each rank.
+
+    Args:
+        with_parent: only calls inside an op (as the launching op is wanted), else every call.
+
+    Returns:
+        A query of ``rank``, ``correlation_id``, ``parent_id``, ``start_ns``, ``dur_ns``. CUPTI
+        numbers a process's calls one by one, so a correlation id names one call per rank (no
+        trace dlprof reads repeats one); the query relies on it rather than paying to check.
+    """
+    parent = " AND parent_id IS NOT NULL" if with_parent else ""
+    return (
+        "SELECT rank, correlation_id, parent_id, start_ns, dur_ns FROM slices "
+        f"WHERE kind = '{Kind.RUNTIME}' AND correlation_id IS NOT NULL{parent}"
+    )
+
+
+def launches_sql(rank: int | None = None) -> str:
+    """Each device slice (kernel, memcpy, memset) with the CPU op that launched it.
+
+    Returns:
+        A query of ``rank``, ``id`` (the device slice), ``dur_ns`` and ``launcher_id`` (the op;
+        NULL when the trace links none).
+    """
+    return (
+        f"SELECT w.rank, w.id, w.dur_ns, c.parent_id AS launcher_id FROM slices w "
+        f"LEFT JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}"
+    )
+
+
+def launched_by_op(rank: int | None = None) -> str:
+    """Device time per op that launched it: a query of ``rank``, ``id`` (the op), ``device_ns``."""
+    return (
+        f"SELECT c.rank, c.parent_id AS id, CAST(sum(w.dur_ns) AS BIGINT) AS device_ns FROM slices w "
+        f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')} GROUP BY c.rank, c.parent_id"
+    )

@@ -1,0 +1,137 @@
+"""Every analysis gives the same result on DuckDB and on Spark, on real runs: a native PyTorch run,
+an imported GPU trace (A100) and a two-rank gloo job.
+
+Spark runs for real, in local mode. Results are compared as DataFrames: same columns, same rows in
+the same order, integers and strings exactly, floats to 1e-9 relative (the engines may add up
+floating-point values in another order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import dlprof
+from dlprof.analysis.aggregate import kinds_present, top
+from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
+from dlprof.analysis.diff import choose_basis, diff, work_steps
+from dlprof.analysis.gpu import device_work, gpu_breakdown
+from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
+from dlprof.analysis.report_data import report_data
+from dlprof.analysis.tau_profile import function_summaries, tau_profiles
+from dlprof.analysis.tfprof import op_costs, op_view
+from dlprof.analysis.trees import code_tree, scope_tree
+from dlprof.analysis.tuning import kernel_summaries
+from dlprof.keys import GroupKey, Kind, SortKey
+from dlprof.store.reader import Run
+from tests.conftest import dlprof_program
+
+pytestmark = pytest.mark.slow
+
+# An analysis as the tests call it: a run in, something comparable out.
+Analysis = Callable[[Run], Any]
+
+ANALYSES: dict[str, Analysis] = {
+    "kinds": kinds_present,
+    "top ops": lambda run: top(run, limit=None),
+    "top ops by self, shapes": lambda run: top(run, by=SortKey.SELF, group_by=GroupKey.SHAPE, limit=None),
+    "top kernels by launching op": lambda run: top(run, kind=Kind.KERNEL, group_by=GroupKey.OP, limit=None),
+    "top modules per rank": lambda run: top(run, kind=Kind.MODULE, per_rank=True, limit=None),
+    "top ops per rank": lambda run: top(run, per_rank=True, limit=5),
+    "op costs": op_costs,
+    "op view": op_view,
+    "scope tree": scope_tree,
+    "code tree": code_tree,
+    "TAU profiles": lambda run: tau_frames(tau_profiles(run)),
+    "device work": device_work,
+    "GPU breakdown": gpu_breakdown,
+    "rank steps": rank_steps,
+    "rank summary": rank_summary,
+    "collective arrivals": collective_arrivals,
+    "steps with work": work_steps,
+    "diff with itself": lambda run: diff(run, run, per=choose_basis(run, run)),
+    "derived metrics per name": lambda run: derived_metrics(run, BUILTINS).values,
+    "derived metrics per slice": lambda run: derived_metrics(run, BUILTINS, Grouping.SLICE).values,
+    "kernel summaries": lambda run: pd.DataFrame(
+        [{k: v for k, v in dataclasses.asdict(summary).items() if k != "per_inst"} for summary in kernel_summaries(run)]),
+    "report data": report_data,
+}
+
+
+def tau_frames(profiles: list[Any]) -> list[pd.DataFrame]:
+    """TAU profiles as frames: which threads, then each thread's table, then the summaries."""
+    threads = pd.DataFrame([(p.rank, p.thread, p.pid, p.tid, p.device, p.wall_ns) for p in profiles],
+                           columns=["rank", "thread", "pid", "tid", "device", "wall_ns"])
+    return [threads, *(p.functions for p in profiles), *(s.functions for s in function_summaries(profiles))]
+
+
+def assert_same(duck: Any, spark: Any, label: str) -> None:
+    """Equal results: DataFrames column by column (floats to a relative 1e-9), the rest by ==."""
+    if isinstance(duck, pd.DataFrame):
+        assert isinstance(spark, pd.DataFrame), label
+        assert list(duck.columns) == list(spark.columns), label
+        assert len(duck) == len(spark), label
+        pd.testing.assert_frame_equal(duck.reset_index(drop=True), spark.reset_index(drop=True),
+                                      check_dtype=False, check_exact=False, rtol=1e-9, obj=label)
+    elif isinstance(duck, list | tuple):
+        assert isinstance(spark, list | tuple) and len(duck) == len(spark), label
+        for index, (d, s) in enumerate(zip(duck, spark, strict=True)):
+            assert_same(d, s, f"{label}[{index}]")
+    elif isinstance(duck, dict):
+        assert isinstance(spark, dict) and list(duck) == list(spark), label
+        for key in duck:
+            assert_same(duck[key], spark[key], f"{label}.{key}")
+    elif isinstance(duck, float):
+        assert spark == pytest.approx(duck, rel=1e-9, nan_ok=True), label
+    else:
+        assert duck == spark, label
+
+
+# Which analyses each run exercises: every analysis on at least one run, each where its data is
+# (Spark in local mode spends about a second a query, so not everything everywhere).
+CASES: dict[str, tuple[str, ...]] = {
+    "native": ("kinds", "top ops", "top ops by self, shapes", "top modules per rank", "op costs", "op view",
+               "scope tree", "code tree", "TAU profiles", "steps with work", "diff with itself",
+               "derived metrics per name", "report data"),
+    "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
+            "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles"),
+    "two ranks": ("top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
+                  "diff with itself"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(cnn_run: Path, gpu_run: Path, two_rank_gloo_run: Path) -> dict[str, Path]:
+    return {"native": cnn_run, "gpu": gpu_run, "two ranks": two_rank_gloo_run}
+
+
+def test_every_analysis_is_compared() -> None:
+    assert set(ANALYSES) == {label for labels in CASES.values() for label in labels}
+
+
+@pytest.mark.parametrize("run_name", list(CASES))
+def test_duckdb_and_spark_agree(run_name: str, runs: dict[str, Path], spark: None) -> None:
+    path = runs[run_name]
+    duck, on_spark = dlprof.load(path, engine="duckdb"), dlprof.load(path, engine="spark")
+    for label in CASES[run_name]:
+        expected = ANALYSES[label](duck)
+        assert expected is not None, f"{run_name}: {label} has nothing to compare"
+        assert_same(expected, ANALYSES[label](on_spark), f"{run_name}: {label}")
+
+
+def test_the_readme_spark_command(cnn_run: Path, spark: None) -> None:
+    # `dlprof top --engine spark`, as a user types it: a real process starting Spark in local mode.
+    done = subprocess.run([*dlprof_program(), "top", str(cnn_run), "--engine", "spark", "--format", "json",
+                           "-n", "5"], capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = json.loads(done.stdout)
+    expected = top(dlprof.load(cnn_run, engine="duckdb"), limit=5)
+    assert [r["name"] for r in shown] == expected["name"].tolist()
+    assert [r["total_ns"] for r in shown] == expected["total_ns"].tolist()
