@@ -69,3 +69,5 @@ class region(ContextDecorator):
                 reader = session.counter_reader
                 session.record_counts(slice_id, counts, reader() if reader is not None else ())
             self._start = -1
+            if session.save_waiting:
+                session.save_waited()

@@ -4,9 +4,11 @@ events or bytes of memory have gathered since the last save, whichever comes fir
 Steps are the natural place to save: the session asks :meth:`SaveClock.due` at every step
 boundary (a clock reading; the process's memory is read at most every 50 ms). A program with
 no steps, or with steps longer than the limits, is saved inside a step: a watchdog thread that
-finds a save overdue asks the main thread for one with a signal (``SIGURG``, which nothing else
-uses and whose default is to be ignored), and the handler saves between two bytecodes of the
-program, unless dlprof's own code is under way there, in which case it asks again shortly. So
+finds a save overdue asks the main thread for one as a signal handler would be
+(``_thread.interrupt_main(SIGURG)``: no signal is sent, so no system call of the program's is
+interrupted, a blocking socket read in a library's C++ included), and the handler saves between
+two bytecodes of the program, unless dlprof's own code is under way there, in which case the
+watchdog asks again shortly. A program blocked in C code the whole time is saved when it returns. So
 memory stays bounded and a run killed at any moment keeps all but its last few seconds::
 
     clock = SaveClock(SaveLimits())
@@ -18,6 +20,7 @@ memory stays bounded and a run killed at any moment keeps all but its last few s
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import threading
@@ -29,7 +32,8 @@ from types import FrameType
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # How often the process's memory is read at step boundaries, at most.
 _MEMORY_CHECK_NS = 50_000_000
-# The signal that asks the main thread for a save.
+# The signal whose handler makes a save (a real one is ignored: nothing uses it, and its default
+# is to be ignored).
 SAVE_SIGNAL = signal.SIGURG
 # dlprof modules that are on the stack under the program itself, not above it.
 _UNDER_THE_PROGRAM = ("dlprof.runner", "dlprof.cli", "dlprof.__main__")
@@ -188,7 +192,8 @@ class MidStepSaves:
             self.unavailable = f"the program handles {SAVE_SIGNAL.name} itself: saves only at step boundaries"
             return
         self._previous = signal.signal(SAVE_SIGNAL, self._handle)
-        self._main = threading.main_thread().ident
+        # A real SIGURG (a socket's out-of-band data) must not interrupt the program's system calls.
+        signal.siginterrupt(SAVE_SIGNAL, False)
         self._thread = threading.Thread(target=self._watch, name="dlprof-saves", daemon=True)
         self._thread.start()
 
@@ -213,9 +218,9 @@ class MidStepSaves:
                 continue
             now = time.perf_counter_ns()
             overdue_since = overdue_since or now
-            if (now - overdue_since >= self._grace_ns or self._clock.urgent()) and self._main is not None:
+            if now - overdue_since >= self._grace_ns or self._clock.urgent():
                 self._asked = True
-                signal.pthread_kill(self._main, SAVE_SIGNAL)
+                _thread.interrupt_main(SAVE_SIGNAL)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._asked or self._stopping.is_set():

@@ -49,6 +49,10 @@ class Saver:
         # and the earliest start nesting moved it to in them.
         self._children_ns: dict[int, int] = {}
         self._starts_ns: dict[int, int] = {}
+        # Per save, each open slice's (pid, tid, start) and depth in it: what its descendants
+        # there counted their depth from.
+        self._open_at: dict[int, dict[int, tuple[int, int, int]]] = {}
+        self._open_depths: dict[int, dict[int, int]] = {}
         self._normalised: dict[str, int] = {}
         self.saves = 0
 
@@ -81,12 +85,13 @@ class Saver:
             ended = pc.is_in(slices.column("id"), pa.array(list(self._opened), pa.int64()))
             self._ended_in[number] = slices.column("id").filter(ended).to_pylist()
         self._opened.update(s.id for s in open_slices)
+        self._open_at[number] = {s.id: (s.pid, s.tid, s.start_ns) for s in open_slices}
         with self._lock:
             cycles, self._cycles = self._cycles, []
         self._finisher.submit(SaveJob(
             run_dir=self._writer.run_dir, rank=self._writer.rank, number=number,
             metadata=self._writer.metadata, chunks=self._writer.take_written(), cycles=cycles,
-            open_slices=open_slices,
+            open_slices=open_slices, open_before=self._ended_in.get(number, []),
         ))
         self.saves += 1
 
@@ -97,12 +102,19 @@ class Saver:
             Rows per table in the rank's parts, and what nesting changed, per kind of change.
         """
         self._finisher.close()
+        final_depths: dict[int, int] = {}
         for number, ended in self._ended_in.items():
             self._writer.amend_open_slices(
                 number,
                 {slice_id: self._children_ns[slice_id] for slice_id in ended if slice_id in self._children_ns},
                 {slice_id: self._starts_ns[slice_id] for slice_id in ended if slice_id in self._starts_ns},
             )
+            final_depths.update(self._writer.depths_of(number, set(ended)))
+        for number, depths in self._open_depths.items():
+            shifts = [(*self._open_at[number][slice_id], depth, final_depths[slice_id] - depth)
+                      for slice_id, depth in depths.items()
+                      if slice_id in final_depths and final_depths[slice_id] != depth]
+            self._writer.shift_depths(number, shifts)
         counts, report = self._writer.compact()
         for what, count in report.as_counts().items():
             self._normalised[what] = self._normalised.get(what, 0) + count
@@ -125,6 +137,11 @@ class Saver:
             for slice_id, start_ns in result["open_starts_ns"].items():
                 key = int(slice_id)
                 self._starts_ns[key] = min(self._starts_ns.get(key, start_ns), int(start_ns))
+            number = int(result["number"])
+            self._open_depths[number] = {int(k): int(v) for k, v in result["open_depths"].items()}
+            for slice_id, start_ns in result["open_starts_ns"].items():  # its descendants there begin there
+                pid, tid, _ = self._open_at[number][int(slice_id)]
+                self._open_at[number][int(slice_id)] = (pid, tid, int(start_ns))
             for what, count in result["nesting"].items():
                 self._normalised[what] = self._normalised.get(what, 0) + int(count)
         for cycle in result["cycles"]:

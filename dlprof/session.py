@@ -110,6 +110,10 @@ class Session:
         self._step_start = 0
         self._step_tid = 0
         self._step_id = -1  # the current step's id, once a save inside it gave it one
+        # A save due at a step boundary waits while regions that step began are open: the last
+        # of them to end makes it (regions.py calls save_waited).
+        self.save_waiting = False
+        self._waiting_since = 0
         self._context: CollectorContext | None = None
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
         self._sigterm_held = False
@@ -203,9 +207,29 @@ class Session:
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
         self._collectors.on_step(self.step_number, previous, self.action)
-        if previous is Action.RECORD_AND_SAVE or self._save_clock.due(len(self.slices)):
-            self._save()
+        if (self.save_waiting or previous is Action.RECORD_AND_SAVE
+                or self._save_clock.due(len(self.slices)) is not None):
+            if not self.save_waiting and self._regions_begun_since(self._step_start):
+                # A region the step began (the loop body's) ends a moment after the step:
+                # save once it has, so that it nests in its step as a whole run would have it.
+                self.save_waiting = True
+                self._waiting_since = self._step_start
+            else:
+                self.save_waiting = False
+                self._save()
         self._begin_step()
+
+    def save_waited(self) -> None:
+        """A region ended while a save waited for it (see step()); the save is made now, between
+        two steps as any step's save is, if no other region of that step is still open."""
+        if self.save_waiting and not self._regions_begun_since(self._waiting_since):
+            self.save_waiting = False
+            self._save()
+            self._begin_step()
+
+    def _regions_begun_since(self, since: int) -> bool:
+        """Whether regions begun on the steps' thread since ``since`` are still open."""
+        return any(r._tid == self._step_tid and r._start >= since for r in list(self.open_regions.values()))
 
     def stop(
         self,

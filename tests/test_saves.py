@@ -88,3 +88,41 @@ def test_a_layer_open_at_a_save_keeps_its_children(tmp_path: Path) -> None:
     [step] = slices[slices.name == "ProfilerStep#0"].itertuples()
     assert outer.parent_id == step.id
     assert outer.self_ns == outer.dur_ns - children.dur_ns.sum()
+
+
+def assert_well_nested(run: dlprof.Run) -> None:
+    """Every CPU slice lies inside its parent and is one level below it: what every window of
+    the run must agree on (the engine's ancestor queries rely on it)."""
+    slices = run.slices[run.slices.device == "cpu"]
+    parents = slices[["id", "start_ns", "dur_ns", "depth"]].rename(
+        columns={"id": "parent_id", "start_ns": "p_start", "dur_ns": "p_dur", "depth": "p_depth"})
+    children = slices.dropna(subset=["parent_id"]).merge(parents, on="parent_id", how="left")
+    assert children.p_start.notna().all(), "every parent is a slice of the run"
+    inside = (children.start_ns >= children.p_start) & (
+        children.start_ns + children.dur_ns <= children.p_start + children.p_dur)
+    assert inside.all(), children[~inside][["name", "parent_id"]].head().to_string()
+    one_below = children.depth == children.p_depth + 1
+    assert one_below.all(), children[~one_below][["id", "name", "depth", "parent_id", "p_depth"]].head().to_string()
+    assert (slices[slices.parent_id.isna()].depth == 0).all()
+
+
+@pytest.mark.parametrize("fixture", ["cnn_run", "two_rank_gloo_run"])
+def test_real_runs_are_well_nested(fixture: str, request: pytest.FixtureRequest) -> None:
+    assert_well_nested(dlprof.load(request.getfixturevalue(fixture)))
+
+
+def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
+    """Saves by time inside steps and regions that overlap step boundaries (a region around the
+    loop body, ended a moment after the optimizer's step) still give one consistent tree."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), save_seconds=0.05)
+    with Session(config) as session:
+        for step in range(12):
+            with dlprof.region("body"):
+                with dlprof.region("work"):
+                    _spin(30_000_000 if step % 3 == 0 else 3_000_000)
+                session.step()  # as an optimizer's step() does, inside the loop body
+    run = dlprof.load(tmp_path / "run")
+    assert run.manifest.saving["saves_within_steps"] >= 2
+    assert_well_nested(run)
+    bodies = run.slices[run.slices.name == "body"]
+    assert len(bodies) == 12 and bodies.parent_id.notna().all(), "each body in its step"

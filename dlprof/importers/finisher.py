@@ -90,6 +90,8 @@ class SaveJob:
     chunks: dict[StoreTable, list[Path]] = field(default_factory=dict)
     cycles: list[Cycle] = field(default_factory=list)
     open_slices: list[OpenSlice] = field(default_factory=list)
+    # Ids of slices in this save that were still open at earlier saves.
+    open_before: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -98,6 +100,7 @@ class SaveJob:
             "chunks": {str(table): [str(p) for p in paths] for table, paths in self.chunks.items()},
             "cycles": [{"collector": c.collector, "kind": c.job.KIND, **_plain(c.job)} for c in self.cycles],
             "open_slices": [dataclasses.astuple(s) for s in self.open_slices],
+            "open_before": self.open_before,
         })
 
     @classmethod
@@ -114,6 +117,7 @@ class SaveJob:
             chunks={StoreTable(table): [Path(p) for p in paths] for table, paths in data["chunks"].items()},
             cycles=cycles,
             open_slices=[OpenSlice(*row) for row in data["open_slices"]],
+            open_before=data.get("open_before", []),
         )
 
 
@@ -136,7 +140,8 @@ def finish(job: SaveJob) -> Result:
             rows.setdefault(table, []).extend(pieces)
         cycles.append({"collector": cycle.collector, **result})
     writer = RankWriter(job.run_dir, job.rank, job.metadata)
-    report = writer.finish_window(job.number, job.chunks, rows, _anchors(job.open_slices))
+    report = writer.finish_window(job.number, job.chunks, rows, _anchors(job.open_slices),
+                                  frozenset(job.open_before))
     for cycle in job.cycles:
         for path in cycle.job.inputs():
             path.unlink(missing_ok=True)
@@ -146,6 +151,7 @@ def finish(job: SaveJob) -> Result:
         "nesting": report.nesting.as_counts(),
         "open_children_ns": {str(k): v for k, v in report.open_slices.children_ns.items()},
         "open_starts_ns": {str(k): v for k, v in report.open_slices.starts_ns.items()},
+        "open_depths": {str(k): v for k, v in report.open_slices.depths.items()},
         "cycles": cycles,
         "seconds": time.perf_counter() - began,
     }

@@ -121,10 +121,12 @@ class OpenSliceTimes:
     # Where nesting moved one's start to (it began inside a slice that ended here and was
     # extended back over it); the slice's row, written with a later save, starts there too.
     starts_ns: dict[int, int] = field(default_factory=dict)
+    # Each one's depth here: what its descendants here count theirs from.
+    depths: dict[int, int] = field(default_factory=dict)
 
 
 def nest_window(
-    table: pa.Table, anchors: pa.Table | None = None
+    table: pa.Table, anchors: pa.Table | None = None, open_before: frozenset[int] = frozenset()
 ) -> tuple[pa.Table, NestingReport, OpenSliceTimes]:
     """Nest the slices of one save under the slices still open when it was made.
 
@@ -133,6 +135,10 @@ def nest_window(
         anchors: slices still open at the save (``id``, ``pid``, ``tid``, ``kind``, ``name``,
             ``start_ns``), on a CPU thread: the slices of ``table`` inside them take them as
             parents and count their depth from theirs. They are not returned.
+        open_before: ids of slices of ``table`` that were anchors of earlier saves.
+
+    An anchor, or a slice that was one, may be extended back over a slice it began in, never
+    moved later: its children in earlier saves were nested under its start.
 
     Returns:
         The nested slices (as :func:`nest_slices` gives them), the report, and per anchor the
@@ -146,6 +152,10 @@ def nest_window(
     if anchors is not None and anchors.num_rows:
         table = pa.concat_tables([table, _open_rows(anchors, table.schema)])
     total = table.num_rows
+    keep_start = np.arange(total) >= n
+    if open_before:
+        keep_start |= pc.is_in(table.column("id"), pa.array(list(open_before), pa.int64())).to_numpy(
+            zero_copy_only=False)
     dur_in = table.column("dur_ns").to_numpy(zero_copy_only=False).copy()
     negative = dur_in < 0
     report.negative_durations = int(negative.sum())
@@ -156,7 +166,7 @@ def nest_window(
     for attempt in range(_ADJUSTING_PASSES + 1):
         moves = report.moved_past_parent + report.extended_over_parent
         order, start, end, parent, depth = _nest_in_order(
-            table, report, extend=attempt < _ADJUSTING_PASSES
+            table, report, extend=attempt < _ADJUSTING_PASSES, keep_start=keep_start
         )
         if report.moved_past_parent + report.extended_over_parent == moves:
             break
@@ -194,7 +204,10 @@ def nest_window(
     closed_child = has_parent & ~is_anchor
     closed_total = np.zeros(total, dtype=np.int64)
     np.add.at(closed_total, parent_pos[closed_child], dur[closed_child])
-    times = OpenSliceTimes(children_ns=dict(zip(anchor_ids, closed_total[is_anchor].tolist(), strict=True)))
+    times = OpenSliceTimes(
+        children_ns=dict(zip(anchor_ids, closed_total[is_anchor].tolist(), strict=True)),
+        depths=dict(zip(anchor_ids, np.asarray(depth)[is_anchor].tolist(), strict=True)),
+    )
     given = dict(zip(anchors.column("id").to_pylist(), anchors.column("start_ns").to_pylist(), strict=True)) \
         if anchors is not None else {}
     for slice_id, begins in zip(anchor_ids, np.asarray(start, dtype=np.int64)[is_anchor].tolist(), strict=True):
@@ -219,9 +232,12 @@ def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _nest_in_order(
-    table: pa.Table, report: NestingReport, extend: bool
+    table: pa.Table, report: NestingReport, extend: bool, keep_start: np.ndarray | None = None
 ) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
     """One nesting pass over the slices in track order; adds what it changed to ``report``.
+
+    ``keep_start`` marks slices (by position in ``table``) whose start must not move later:
+    slices open at a save, whose children in that save were nested under their start.
 
     Returns:
         The order (positions in ``table``), and per position in that order: start, end (both
@@ -235,6 +251,7 @@ def _nest_in_order(
     change = tracks.track_change.tolist()
     on_device = tracks.on_device.tolist()
     n = len(start)
+    fixed = keep_start[order].tolist() if keep_start is not None else [False] * n
     parent = [-1] * n
     depth = [0] * n
     overlapping = 0
@@ -263,7 +280,7 @@ def _nest_in_order(
                 break
             # Mostly after the slice it started in: two sources timed neighbouring work with
             # their own clocks and hooks.
-            if 2 * (start[i] - start[top]) >= end[top] - start[top]:
+            if 2 * (start[i] - start[top]) >= end[top] - start[top] and not fixed[i]:
                 # It began late in that slice (a layer timed from a hook that started inside
                 # the previous layer's last moment, or inside the clock read that timed it):
                 # it comes after it.

@@ -92,6 +92,7 @@ class RankWriter:
         chunks: Mapping[StoreTable, list[Path]],
         rows: Mapping[StoreTable, list[pa.Table]] | None = None,
         anchors: pa.Table | None = None,
+        open_before: frozenset[int] = frozenset(),
     ) -> WindowReport:
         """Make one save final: ``part-<number>`` of each table, then remove its chunks.
 
@@ -100,6 +101,7 @@ class RankWriter:
             chunks: the chunk files the save wrote, per table.
             rows: rows converted from the save's profiler cycles, per table, beside the chunks.
             anchors: the slices still open at the save (see :func:`nest_window`).
+            open_before: ids of this save's slices that were still open at earlier saves.
 
         Returns:
             Rows written per table, what nesting changed, and the time of the open slices'
@@ -116,7 +118,7 @@ class RankWriter:
                 merged[table] = pa.concat_tables(pieces, promote_options="permissive").unify_dictionaries().combine_chunks()
         if StoreTable.SLICES in merged:
             merged[StoreTable.SLICES], report.nesting, report.open_slices = nest_window(
-                merged[StoreTable.SLICES], anchors
+                merged[StoreTable.SLICES], anchors, open_before
             )
             if StoreTable.MEMORY in merged:
                 merged[StoreTable.SLICES], merged[StoreTable.MEMORY] = attribute_memory(
@@ -187,6 +189,42 @@ class RankWriter:
         for name, values in adjusted.items():
             data = data.set_column(data.schema.get_field_index(name), name, pa.array(values, pa.int64()))
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
+
+
+    def shift_depths(self, number: int, shifts: list[tuple[int, int, int, int, int]]) -> None:
+        """Move the depth of what window ``number`` nested under slices then open whose depth
+        changed later (a slice that began inside it ended and nesting put it below).
+
+        Args:
+            number: the window.
+            shifts: (pid, tid, start_ns, depth, by): on that thread, every slice from that start
+                on that is deeper than that depth (everything under the open slice) moves by
+                ``by``, the innermost open slice's shift applying to what lies under several.
+        """
+        path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
+        if not shifts or not path.exists():
+            return
+        data = pq.read_table(path)
+        pid = data.column("pid").to_numpy(zero_copy_only=False)
+        tid = data.column("tid").to_numpy(zero_copy_only=False)
+        start = data.column("start_ns").to_numpy(zero_copy_only=False)
+        depth = data.column("depth").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        moved = depth.copy()
+        # A slice under several open slices counts from the innermost: deeper ones go last.
+        for on_pid, on_tid, since, above, by in sorted(shifts, key=lambda shift: shift[3]):
+            under = (pid == on_pid) & (tid == on_tid) & (start >= since) & (depth > above)
+            moved[under] = depth[under] + by
+        data = data.set_column(data.schema.get_field_index("depth"), "depth", pa.array(moved, pa.int16()))
+        write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
+
+    def depths_of(self, number: int, ids: set[int]) -> dict[int, int]:
+        """The depth of some slices of window ``number``, by id."""
+        path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
+        if not ids or not path.exists():
+            return {}
+        data = pq.read_table(path, columns=["id", "depth"])
+        return {i: d for i, d in zip(data.column("id").to_pylist(), data.column("depth").to_pylist(), strict=True)
+                if i in ids}
 
 
 def part_number(path: Path) -> int:
