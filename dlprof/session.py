@@ -143,7 +143,8 @@ class Session:
         self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes),
                                      growth_counts_events=lambda: self._collectors.events_show_in_memory())
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
-                                      pending_events=lambda: len(self.slices))
+                                      pending_events=lambda: len(self.slices),
+                                      grace_s=min(0.5, config.save_seconds / 2))
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
             on_late_start=self._save_clock.restart,
