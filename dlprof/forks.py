@@ -2,32 +2,58 @@
 
 A forked child inherits the session, so regions and the dataloader collector's slices recorded
 there land in the child's copy of the slice buffer. :class:`ForkFollower` restarts that copy
-with the child's pid and an id slot of its own, and saves it as chunks of the same rank when the
-child exits, so a worker's slices sit beside the step that waited for them::
+with the child's pid and an id slot of its own, and saves it as chunks of the same rank, so a
+worker's slices sit beside the step that waited for them::
 
-    follower = ForkFollower(session.slices, session.sink, on_child=forget_parent_collectors)
-    follower.follow()      # at start
-    follower.unfollow()    # at stop
+    follower = ForkFollower(session.slices, session.sink, run_dir, on_child=forget_parent_state)
+    follower.follow()          # at start
+    follower.gather()          # at stop: live children save what they hold, and stop recording
+    follower.unfollow()
+
+A child saves when it has buffered many slices, at least every second while it records (a
+batch at a time: the dataloader collector asks after each), when it exits, and when the parent
+stops: the parent signals its live forked children (``SIGURG``, which nothing else uses), each
+saves and acknowledges with a small file, and records nothing more, so a persistent worker
+(``persistent_workers=True``) or a worker still alive when profiling stops loses nothing. Each
+child says how many slices of each kind it saved; the parent puts the counts in the manifest.
+
+A child that ends normally (``sys.exit``, the end of the script) leaves through ``os._exit``
+once its own exit handlers have run, as multiprocessing's children do: a forked copy of a
+process whose torch.profiler ran would otherwise hang in libkineto's static destructors (a
+condition variable with a waiter in the parent and none in the child).
 
 Only forked children are followed: workers started with ``spawn`` or ``forkserver`` begin a new
-interpreter without the session. A child's slices are saved when it exits (a multiprocessing
-child through multiprocessing's finalizers, a bare ``os.fork`` child at interpreter exit) and
-whenever it has buffered many; a child killed with SIGKILL loses what it had not saved.
+interpreter without the session; children the program started otherwise are counted in the
+manifest as not followed. A child killed with SIGKILL loses what it had not saved.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import multiprocessing.util
 import os
+import signal
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
+from dlprof.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 
-# A child saves its buffer once it holds this many slices, not only at exit.
+# A child saves its buffer once it holds this many slices, or once this long has passed since
+# its last save, not only at exit.
 SAVE_EVERY = 20_000
+SAVE_EVERY_NS = 1_000_000_000
+# The signal a stopping parent sends its forked children: save, acknowledge, record no more.
+GATHER_SIGNAL = signal.SIGURG
+# Where children acknowledge (in the run directory).
+ACKS = "forks"
 
 _active: ForkFollower | None = None
 _registered = False
@@ -36,12 +62,18 @@ _registered = False
 class ForkFollower:
     """Keeps the slices a forked child records, under the parent's rank."""
 
-    def __init__(self, slices: SliceBuffer, sink: Sink, on_child: Callable[[], None]) -> None:
+    def __init__(self, slices: SliceBuffer, sink: Sink, run_dir: Path, on_child: Callable[[], None]) -> None:
         self.slices = slices
         self.sink = sink
+        self.run_dir = run_dir
         self.on_child = on_child  # the session forgets what belongs to the parent
         self.forks = 0
         self.in_child = False
+        self.stopped = False  # in a child: the parent stopped profiling; record nothing more
+        self.exit_code = 0
+        self._saved_at = 0
+        self._saved_kinds: dict[str, int] = {}
+        self._wanted = False  # a save the parent asked for while dlprof's code ran
 
     def follow(self) -> None:
         """Follow every fork from now on (until :meth:`unfollow`)."""
@@ -58,24 +90,135 @@ class ForkFollower:
         if _active is self:
             _active = None
 
+    # --- in a child -----------------------------------------------------------------------
+
     def save(self) -> None:
         """Write what this child recorded since the last save (nothing in the parent)."""
-        if self.in_child and len(self.slices):
-            self.sink.append_slices(self.slices.drain(), f"fork{os.getpid()}")
+        if not self.in_child:
+            return
+        self._saved_at = time.perf_counter_ns()
+        if len(self.slices):
+            batch = self.slices.drain()
+            self.sink.append_slices(batch, f"fork{os.getpid()}")
+            for kind in batch.column("kind").to_pylist():
+                self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
+        self._acknowledge()
 
     def save_if_full(self) -> None:
-        if self.in_child and len(self.slices) >= SAVE_EVERY:
+        """A collector recording in a child calls this now and then (after each batch)."""
+        if self.in_child and (self._wanted or len(self.slices) >= SAVE_EVERY
+                              or time.perf_counter_ns() - self._saved_at >= SAVE_EVERY_NS):
+            self._wanted = False
             self.save()
 
     def _start_child(self) -> None:
         self.in_child = True
+        self._saved_at = time.perf_counter_ns()
         self.slices.restart_in_fork(os.getpid(), forked_slot(self.forks))
         self.on_child()
+        # Registered first of this child's exit handlers, so it runs last of them.
+        atexit.register(self._leave)
         atexit.register(self.save)
+        _record_exit_code(self)
+        signal.signal(GATHER_SIGNAL, self._gathered)
+        signal.siginterrupt(GATHER_SIGNAL, False)
+
+    def _gathered(self, signum: int, frame: FrameType | None) -> None:
+        """The parent stops: save now (or after the batch under way) and record no more."""
+        self.stopped = True
+        self.slices.closed = True
+        if in_dlprof_code(frame):
+            self._wanted = True  # the dataloader collector saves after its batch
+        else:
+            self.save()
+
+    def _acknowledge(self) -> None:
+        """Tell the parent what this child saved so far (a small file, replaced whole)."""
+        path = self.run_dir / ACKS / f"{os.getpid()}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps({"kinds": self._saved_kinds, "stopped": self.stopped}))
+        partial.replace(path)
+
+    def _leave(self) -> None:
+        """The child's last exit handler: leave without the C++ static destructors."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.exit_code)
 
     def _save_at_exit(self) -> None:
         if self.in_child:
             multiprocessing.util.Finalize(None, self.save, exitpriority=100)
+
+    # --- in the parent ----------------------------------------------------------------------
+
+    def gather(self, timeout_s: float = 3.0) -> dict[str, Any]:
+        """Ask the live forked children to save, wait for them, and say what every child saved.
+
+        Returns:
+            ``children``: per child pid, slices saved by kind; ``not_answering``: live children
+            that did not acknowledge in time; ``not_followed``: child processes the program
+            started otherwise (their command lines).
+        """
+        import psutil
+
+        acks = self.run_dir / ACKS
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            children = []
+        own = _cmdline(psutil.Process())
+        forked = [c for c in children if _cmdline(c) == own]
+        others = [c for c in children if c not in forked and "dlprof.importers.finisher" not in _cmdline(c)]
+        asked_at = time.time()
+        for child in forked:
+            try:
+                os.kill(child.pid, GATHER_SIGNAL)
+            except ProcessLookupError:
+                continue
+        waiting = {c.pid for c in forked}
+        deadline = time.monotonic() + timeout_s
+        while waiting and time.monotonic() < deadline:
+            for pid in list(waiting):
+                ack = acks / f"{pid}.json"
+                if not psutil.pid_exists(pid) or (ack.exists() and ack.stat().st_mtime >= asked_at):
+                    waiting.discard(pid)
+            time.sleep(0.02)
+        saved = {}
+        for ack in sorted(acks.glob("*.json")) if acks.is_dir() else []:
+            try:
+                saved[ack.stem] = json.loads(ack.read_text())["kinds"]
+            except (OSError, ValueError, KeyError):
+                continue
+        return {
+            "children": saved,
+            "not_answering": sorted(waiting),
+            "not_followed": [" ".join(_cmdline(c))[:200] for c in others],
+        }
+
+
+def _cmdline(process: Any) -> list[str]:
+    try:
+        return list(process.cmdline())
+    except Exception:  # noqa: BLE001  a process gone or not ours to read: it has no command line here
+        return []
+
+
+def _record_exit_code(follower: ForkFollower) -> None:
+    """Keep, in a child, the code it exits with, for the exit that skips the destructors."""
+    exit_now = sys.exit
+    excepthook = sys.excepthook
+
+    def exit_with(code: str | int | None = None) -> NoReturn:
+        follower.exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+        exit_now(code)
+
+    def failed(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+        follower.exit_code = 1
+        excepthook(kind, value, traceback)
+
+    sys.exit = exit_with
+    sys.excepthook = failed
 
 
 def _before_fork() -> None:

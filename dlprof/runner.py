@@ -116,6 +116,13 @@ def run_target(
             sys.path[0] = saved_path0
         manifest = session.stop(error, exit_code, report)
         program_globals.clear()
+        if session.forks.in_child:
+            # A child the program forked that ended here (sys.exit, the end of the script):
+            # what follows is the parent's. Leave as multiprocessing's children do, without the
+            # static destructors that hang a forked copy of torch.profiler's process.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exit_code)
     return Outcome(exit_code, manifest, session.run_dir, signum)
 
 

@@ -225,7 +225,7 @@ class MidStepSaves:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._asked or self._stopping.is_set():
             return  # a SIGURG of someone else's (out-of-band socket data)
-        if _in_dlprof(frame):
+        if in_dlprof_code(frame):
             return  # dlprof's own code is under way here: the watchdog asks again
         self._asked = False
         if self._clock.due(self._pending_events()) is not None:
@@ -233,8 +233,9 @@ class MidStepSaves:
             self.saves += 1
 
 
-def _in_dlprof(frame: FrameType | None) -> bool:
-    """Whether dlprof's code runs on this stack above the program (a hook, a region's end)."""
+def in_dlprof_code(frame: FrameType | None) -> bool:
+    """Whether dlprof's code runs on this stack above the program (a hook, a region's end): a
+    signal handler that finds it so must not save there."""
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         if module.startswith("dlprof.") and not module.startswith(_UNDER_THE_PROGRAM):

@@ -122,7 +122,7 @@ class Session:
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
         self._counter_deltas: CounterDeltas | None = None
         self._step_counts: tuple[int, ...] = ()
-        self.forks = ForkFollower(self.slices, self.sink, on_child=self._drop_parent_state)
+        self.forks = ForkFollower(self.slices, self.sink, self.run_dir, on_child=self._drop_parent_state)
         self.manifest = Manifest(
             name=self.run_dir.name,
             command=list(config.command) or [sys.executable, *sys.argv],
@@ -265,6 +265,7 @@ class Session:
             self.counter_reader = None
             self.manifest.end_ns = time.time_ns()
             self._collectors.stop(report)
+            children = self.forks.gather()  # their chunks join the last save's
             if report is not None:
                 report("dlprof: writing the run")
             self._save()
@@ -276,6 +277,8 @@ class Session:
                 print(f"dlprof: {note}", file=sys.stderr)
             self._collectors.after_conversions()
             self.manifest.saving = self._saving_summary()
+            if children["children"] or children["not_followed"]:
+                self.manifest.saving["forked_children"] = children
             if self._saver.child_failures:
                 self.manifest.notes.append(f"{self._saver.child_failures} save(s) finished in the profiled "
                                            "process: the finisher's child process ended early")

@@ -30,6 +30,8 @@ class SliceBuffer:
         self.to_epoch_ns = to_epoch_ns
         self._next_id = id_base(rank, SLOT_SESSION)
         self._lock = threading.Lock()
+        self.closed = False  # nothing more is recorded (a forked child whose parent stopped)
+        self.refused = 0  # slices not recorded since it closed
         self._names: dict[str, int] = {}
         self._kinds: dict[str, int] = {}
         self._new_columns()
@@ -96,6 +98,9 @@ class SliceBuffer:
 
         ``nbytes`` of -1 means "not measured"; ``slice_id`` of -1 gives it the next id.
         """
+        if self.closed:
+            self.refused += 1
+            return -1
         with self._lock:
             if slice_id < 0:
                 slice_id = self._next_id

@@ -78,3 +78,79 @@ def test_batch_bytes_counts_nested_tensors() -> None:
     batch = {"x": torch.zeros(3, 4), "y": [torch.zeros(5, dtype=torch.int64), "label"]}
     assert batch_bytes(batch) == 3 * 4 * 4 + 5 * 8
     assert batch_bytes("text") == 0
+
+
+def _run_program(tmp_path: Path, body: str) -> tuple[dlprof.Run, str]:
+    """``dlprof run`` of a program using the samples above, as a user runs a script."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(f"""
+        import torch, dlprof
+        class Samples(torch.utils.data.Dataset):
+            def __len__(self): return {BATCHES * BATCH_SIZE}
+            def __getitem__(self, index): return torch.full(({FEATURES},), float(index)), index
+        model = torch.nn.Linear({FEATURES}, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    """) + textwrap.dedent(body))
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "-o", str(tmp_path / "run"),
+                           str(script)], capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dlprof.load(tmp_path / "run"), done.stdout
+
+
+def test_persistent_workers_alive_at_the_end_keep_every_batch(tmp_path: Path) -> None:
+    run, _ = _run_program(tmp_path, f"""
+        loader = torch.utils.data.DataLoader(Samples(), batch_size={BATCH_SIZE}, num_workers=2,
+                                             persistent_workers=True, multiprocessing_context="fork")
+        for epoch in range(2):
+            for x, _ in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        # the workers are still alive when the program, and profiling, end
+    """)
+    fetches = run.slices[run.slices.kind == Kind.DATALOADER]
+    assert len(fetches) == 2 * BATCHES, "every batch of both epochs, from workers never ended"
+    children = run.manifest.saving["forked_children"]["children"]
+    assert sum(kinds.get("dataloader", 0) for kinds in children.values()) == 2 * BATCHES
+    assert {int(pid) for pid in children} == set(fetches.pid)
+
+
+def test_workers_of_a_loop_cut_short_keep_what_they_fetched(tmp_path: Path) -> None:
+    """The profiled block ends while its workers have fetched ahead: what they fetched while
+    profiling is saved when it ends, and nothing they fetch after."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time, torch, dlprof
+        class Samples(torch.utils.data.Dataset):
+            def __len__(self): return {BATCHES * BATCH_SIZE}
+            def __getitem__(self, index): return torch.full(({FEATURES},), float(index)), index
+        loader = torch.utils.data.DataLoader(Samples(), batch_size=1, num_workers=2,
+                                             multiprocessing_context="fork")
+        with dlprof.profile(out=sys.argv[1]):
+            batches = iter(loader)  # the workers start here
+            for _ in range(3):
+                next(batches)
+            time.sleep(1.0)  # the workers fetch ahead meanwhile
+        print("fetched before the end", 3)
+        time.sleep(0.5)
+        rest = sum(1 for _ in batches)  # after profiling: not recorded
+        print("fetched after", rest)
+    """))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = dlprof.load(tmp_path / "run")
+    fetches = run.slices[run.slices.kind == Kind.DATALOADER]
+    # Three consumed, and the two workers' prefetched batches (prefetch_factor 2 each).
+    assert len(fetches) == 3 + 2 * 2
+    assert (fetches.start_ns + fetches.dur_ns <= run.manifest.end_ns).all()
+    children = run.manifest.saving["forked_children"]
+    assert sorted(children["children"]) == sorted(str(pid) for pid in fetches.pid.unique())
+    assert not children["not_answering"]

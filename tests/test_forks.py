@@ -1,0 +1,77 @@
+"""Processes the profiled program forks: a child that ends normally never hangs the run, and
+children the program starts otherwise are noted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import dlprof
+
+pytestmark = pytest.mark.torch
+
+pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+
+# A bare os.fork() child that ends with sys.exit(0) once torch.profiler has run: its exit ran
+# libkineto's static destructors, which wait on a condition variable whose waiter (Kineto's
+# config thread) stayed in the parent, so the child never ended (torch 2.13, every time here).
+FORKING_PROGRAM = """
+import os, sys
+import torch
+torch.ones(3).sum()
+pid = os.fork()
+if pid == 0:
+    torch.ones(3).sum()
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+print("child exited", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_that_exits_never_hangs_the_run(tmp_path: Path) -> None:
+    script = tmp_path / "forker.py"
+    script.write_text(FORKING_PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "-o", str(tmp_path / "run"),
+                           str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("child exited 0") == 1
+    assert done.stderr.count("dlprof: run complete") == 1, "the child leaves, it does not finish dlprof's command"
+
+
+def test_a_child_of_a_profiled_block_exits_with_its_code(tmp_path: Path) -> None:
+    program = tmp_path / "block.py"
+    program.write_text(textwrap.dedent("""
+        import os, sys, dlprof, torch
+        with dlprof.profile(out=sys.argv[1]):
+            torch.ones(3).sum()
+            pid = os.fork()
+            if pid == 0:
+                torch.ones(3).sum()
+                sys.exit(3)
+            _, status = os.waitpid(pid, 0)
+        print("child exited", os.waitstatus_to_exitcode(status), flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(program), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "child exited 3" in done.stdout
+
+
+def test_children_started_otherwise_are_noted(tmp_path: Path) -> None:
+    script = tmp_path / "launcher.py"
+    script.write_text(textwrap.dedent("""
+        import subprocess, sys, time, torch
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+        torch.ones(3).sum()
+        time.sleep(0.2)
+        # still running when the program ends: dlprof sees it among its children
+    """))
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "-o", str(tmp_path / "run"),
+                           str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    noted = dlprof.load(tmp_path / "run").manifest.saving["forked_children"]["not_followed"]
+    assert len(noted) == 1 and "time.sleep(5)" in noted[0]
