@@ -97,19 +97,19 @@ class ForkFollower:
         if not self.in_child:
             return
         self._saved_at = time.perf_counter_ns()
-        if len(self.slices):
+        if len(self.slices) or self._wanted:
             batch = self.slices.drain()
             self.sink.append_slices(batch, f"fork{os.getpid()}")
             for kind in batch.column("kind").to_pylist():
                 self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
-        self._acknowledge()
+            self._acknowledge()
 
     def save_if_full(self) -> None:
         """A collector recording in a child calls this now and then (after each batch)."""
         if self.in_child and (self._wanted or len(self.slices) >= SAVE_EVERY
                               or time.perf_counter_ns() - self._saved_at >= SAVE_EVERY_NS):
-            self._wanted = False
             self.save()
+            self._wanted = False
 
     def _start_child(self) -> None:
         self.in_child = True
@@ -127,9 +127,8 @@ class ForkFollower:
         """The parent stops: save now (or after the batch under way) and record no more."""
         self.stopped = True
         self.slices.closed = True
-        if in_dlprof_code(frame):
-            self._wanted = True  # the dataloader collector saves after its batch
-        else:
+        self._wanted = True  # acknowledged even with nothing to save
+        if not in_dlprof_code(frame):  # else the dataloader collector saves after its batch
             self.save()
 
     def _acknowledge(self) -> None:
@@ -190,6 +189,9 @@ class ForkFollower:
                 saved[ack.stem] = json.loads(ack.read_text())["kinds"]
             except (OSError, ValueError, KeyError):
                 continue
+            ack.unlink(missing_ok=True)
+        if acks.is_dir() and not any(acks.iterdir()):
+            acks.rmdir()
         return {
             "children": saved,
             "not_answering": sorted(waiting),
