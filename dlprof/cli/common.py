@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,13 +43,27 @@ def _started(run_dir: Path) -> tuple[int, str]:
 
 def open_run(path: str | None) -> Run:
     """The run at ``path`` (a directory, or the name of one under ./dlprof-runs), or the newest
-    one under ./dlprof-runs when no path is given."""
+    one under ./dlprof-runs when no path is given; saves a killed run left unfinished are
+    finished first (once), so that what they hold is read."""
     if not path:
-        return load(newest_run())
-    named = RUNS_DIR / path
-    if not Path(path).exists() and (named / MANIFEST_NAME).is_file():
-        return load(named)
-    return load(Path(path))
+        run = load(newest_run())
+    else:
+        named = RUNS_DIR / path
+        run = load(named if not Path(path).exists() and (named / MANIFEST_NAME).is_file() else Path(path))
+    return _with_saves_finished(run)
+
+
+def _with_saves_finished(run: Run) -> Run:
+    from dlprof.importers.finisher import PENDING, finish_pending
+    from dlprof.keys import RunStatus
+
+    if run.status is not RunStatus.KILLED or not (run.path / PENDING).is_dir():
+        return run
+    finished = finish_pending(run.path)
+    if finished:
+        print(f"dlprof: {run.path}: finished {finished} save(s) its killed processes left", file=sys.stderr)
+        return load(run.path)
+    return run
 
 
 def check_rank(run: Run, rank: int | None) -> None:

@@ -359,6 +359,7 @@ def main(argv: list[str]) -> int:
         if not sys.stdin.readline():
             break
     _finish_waiting(pending)
+    pending.remove_if_empty()
     return 0
 
 

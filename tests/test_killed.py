@@ -1,0 +1,103 @@
+"""A run killed at any moment keeps what it saved seconds before, and reads as killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import dlprof
+from dlprof.importers.finisher import PENDING
+from dlprof.keys import RunStatus
+from tests.conftest import dlprof_program
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+
+# Small ops for a minute, no steps: only saves by time keep the data.
+WORKING = """
+import os, sys, time, torch
+print("ready", flush=True)
+x = torch.ones(64)
+end = time.time() + 60
+while time.time() < end:
+    x = (x * 1.0001).sin()
+    time.sleep(0.0005)
+    if os.environ.get("EXIT_AT") and time.time() > float(os.environ["EXIT_AT"]):
+        os._exit(0)  # gone without a word: no exit handler runs
+"""
+
+
+def _start(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], Path]:
+    script = tmp_path / "working.py"
+    script.write_text(WORKING)
+    out = tmp_path / "run"
+    process = subprocess.Popen([*dlprof_program(), "run", "--top", "0", "--save-seconds", "1", "-o", str(out),
+                                str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, **(env or {})})
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process, out
+
+
+def _wait_for_saves(out: Path, timeout_s: float = 30.0) -> None:
+    """The finisher's child outlives the program it served and finishes what waits."""
+    deadline = time.monotonic() + timeout_s
+    while (out / PENDING).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _ops_end_ns(run: dlprof.Run) -> int:
+    ops = run.slices[run.slices.kind == "op"]
+    assert len(ops) > 1000, "seconds of ops were kept"
+    return int((ops.start_ns + ops.dur_ns).max())
+
+
+def test_sigkill_keeps_all_but_the_last_seconds(tmp_path: Path) -> None:
+    process, out = _start(tmp_path)
+    time.sleep(4)
+    killed_at = time.time_ns()
+    process.kill()
+    process.wait()
+    _wait_for_saves(out)
+    run = dlprof.load(out)
+    assert run.status is RunStatus.KILLED
+    assert killed_at - _ops_end_ns(run) < 3e9, "saved at least every second, converted after the kill"
+
+
+def test_os_exit_keeps_all_but_the_last_seconds(tmp_path: Path) -> None:
+    exit_at = time.time() + 6
+    process, out = _start(tmp_path, {"EXIT_AT": str(exit_at)})
+    assert process.wait(timeout=60) == 0
+    _wait_for_saves(out)
+    run = dlprof.load(out)
+    assert run.status is RunStatus.KILLED
+    assert exit_at * 1e9 - _ops_end_ns(run) < 3e9
+
+
+def test_saves_left_by_killed_processes_are_finished_when_read(tmp_path: Path) -> None:
+    import psutil
+
+    process, out = _start(tmp_path)
+    time.sleep(1.5)
+    # The finisher's child stalls (stopped), so that saves wait; then both processes are killed.
+    finishers = [child for child in psutil.Process(process.pid).children()
+                 if "dlprof.importers.finisher" in " ".join(child.cmdline())]
+    assert len(finishers) == 1
+    finishers[0].suspend()
+    time.sleep(3)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert list((out / PENDING).rglob("save-*")), "saves were waiting"
+    done = subprocess.run([*dlprof_program(), "top", str(out), "--limit", "3"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "finished" in done.stderr and "killed processes left" in done.stderr
+    assert not (out / PENDING).exists()
+    assert "aten::" in done.stdout
