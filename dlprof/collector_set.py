@@ -97,6 +97,9 @@ class CollectorSet:
         for collector in self._running:
             collector.on_step(step, previous, action)
 
+    def save_would_split(self) -> bool:
+        return any(collector.save_would_split() for collector in self._running)
+
     def save(self) -> None:
         for collector in self._running:
             collector.save()

@@ -163,11 +163,14 @@ class MidStepSaves:
     """Saves inside a step, asked of the main thread when no step boundary comes in time."""
 
     def __init__(self, clock: SaveClock, save: Callable[[], None], pending_events: Callable[[], int],
-                 grace_s: float = 0.5, interval_s: float = 0.1) -> None:
+                 grace_s: float = 0.5, interval_s: float = 0.1,
+                 would_split: Callable[[], bool] = lambda: False) -> None:
         """Args:
         clock: the session's save clock.
         save: makes a save inside the current step (called in the main thread).
         pending_events: events dlprof itself recorded since the last save.
+        would_split: whether a save now would cut work one source times from work another
+            times inside it (see Collector.save_would_split): then the watchdog asks again.
         grace_s: how long a due save may wait for a step boundary before one is asked for.
         interval_s: how often the watchdog looks.
         """
@@ -176,6 +179,7 @@ class MidStepSaves:
         self._pending_events = pending_events
         self._grace_ns = int(grace_s * 1e9)
         self._interval_s = interval_s
+        self._would_split = would_split
         self._asked = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -225,8 +229,8 @@ class MidStepSaves:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._asked or self._stopping.is_set():
             return  # a SIGURG of someone else's (out-of-band socket data)
-        if in_dlprof_code(frame):
-            return  # dlprof's own code is under way here: the watchdog asks again
+        if in_dlprof_code(frame) or self._would_split():
+            return  # dlprof's own code, or a backward, is under way here: the watchdog asks again
         self._asked = False
         if self._clock.due(self._pending_events()) is not None:
             self._save()

@@ -144,7 +144,8 @@ class Session:
                                      growth_counts_events=lambda: self._collectors.events_show_in_memory())
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
                                       pending_events=lambda: len(self.slices),
-                                      grace_s=min(0.5, config.save_seconds / 2))
+                                      grace_s=min(0.5, config.save_seconds / 2),
+                                      would_split=lambda: self._collectors.save_would_split())
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
             on_late_start=self._save_clock.restart,
@@ -371,6 +372,9 @@ class Session:
             summary["saves_past_memory_cap"] = self._save_clock.overflows
         if self._mid_step.unavailable:
             summary["within_steps_unavailable"] = self._mid_step.unavailable
+        throttled = self.slices.throttled_names()
+        if throttled:
+            summary["throttled"] = throttled
         return summary
 
     def _write_manifest(self) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import dlprof
-from dlprof.importers.finisher import PENDING
 from dlprof.keys import RunStatus
+from dlprof.store.layout import PENDING
 from tests.conftest import dlprof_program
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]

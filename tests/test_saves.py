@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -104,6 +105,22 @@ def assert_well_nested(run: dlprof.Run) -> None:
     one_below = children.depth == children.p_depth + 1
     assert one_below.all(), children[~one_below][["id", "name", "depth", "parent_id", "p_depth"]].head().to_string()
     assert (slices[slices.parent_id.isna()].depth == 0).all()
+    # No two slices of a thread cross: in track order, a slice's parent is the innermost earlier
+    # one not yet ended (what the engine's ancestor queries compute instead of walking up).
+    crossing = []
+    ordered = slices.assign(neg_dur=-slices.dur_ns).sort_values(["rank", "pid", "tid", "start_ns", "neg_dur", "depth", "id"])
+    for _, thread in ordered.groupby(["rank", "pid", "tid"], sort=False):
+        open_ends: list[tuple[int, int]] = []  # (end, id), innermost last
+        for slice_id, start, dur, parent in zip(thread.id, thread.start_ns, thread.dur_ns, thread.parent_id,
+                                                strict=True):
+            while open_ends and start >= open_ends[-1][0]:
+                open_ends.pop()
+            innermost = open_ends[-1][1] if open_ends else None
+            if (None if pd.isna(parent) else int(parent)) != innermost:
+                crossing.append((int(slice_id), parent, innermost))
+            if dur > 0:
+                open_ends.append((start + dur, int(slice_id)))
+    assert not crossing, f"{len(crossing)} slices cross a neighbour (id, parent, innermost open): {crossing[:5]}"
 
 
 @pytest.mark.parametrize("fixture", ["cnn_run", "two_rank_gloo_run"])
@@ -126,3 +143,72 @@ def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
     assert_well_nested(run)
     bodies = run.slices[run.slices.name == "body"]
     assert len(bodies) == 12 and bodies.parent_id.notna().all(), "each body in its step"
+
+
+def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
+    """As TAU throttles a timer: past 100,000 calls at under 10 us each, later calls are counted,
+    not traced, and the run says so."""
+    from dlprof.store.slice_buffer import THROTTLE_CALLS
+
+    with dlprof.profile(out=tmp_path / "run", collectors=()):
+        for _ in range(THROTTLE_CALLS + 500):
+            with dlprof.region("tiny"):
+                pass
+        with dlprof.region("long"):
+            _spin(50_000)
+    run = dlprof.load(tmp_path / "run")
+    assert (run.slices.name == "tiny").sum() == THROTTLE_CALLS
+    assert run.manifest.saving["throttled"] == {"tiny": {"calls": 500, "ns": run.manifest.saving["throttled"]["tiny"]["ns"]}}
+    assert 0 < run.manifest.saving["throttled"]["tiny"]["ns"] < 500 * 10_000
+    assert (run.slices.name == "long").sum() == 1
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_long_run_without_steps_stays_bounded_with_its_data_saved(tmp_path: Path) -> None:
+    """Small tensor ops and no optimizer: nothing ends a step, so saves come by events inside
+    the one step; memory does not grow with the run's length, and every op is kept."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import psutil
+
+    script = tmp_path / "tiny_ops.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        torch.set_num_threads(1)
+        x = torch.ones(8)
+        for _ in range(int(sys.argv[1])):
+            x = x.add(1).mul(0.5)
+    """))
+
+    def peak_rss(command: list[str]) -> int:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peak = 0
+        while process.poll() is None:
+            try:
+                peak = max(peak, psutil.Process(process.pid).memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(0.02)
+        assert process.wait() == 0
+        return peak
+
+    def profiled(iterations: int) -> tuple[int, dlprof.Run]:
+        out = tmp_path / f"run-{iterations}"
+        peak = peak_rss([sys.executable, "-m", "dlprof", "run", "--top", "0", "--memory-cap", "128",
+                         "-o", str(out), str(script), str(iterations)])
+        return peak, dlprof.load(out)
+
+    short_peak, short = profiled(20_000)
+    long_peak, long = profiled(80_000)
+    for run, iterations in ((short, 20_000), (long, 80_000)):
+        assert (run.slices.name == "aten::mul").sum() == iterations, "every op kept"
+        assert run.manifest.saving["saves_within_steps"] >= 2
+    assert long.manifest.saving["saves"] > short.manifest.saving["saves"]
+    # Four times the ops, not four times dlprof's memory (the profiler's events never pile up):
+    # what each run holds beyond the plain program (torch imported, nothing profiled).
+    plain = peak_rss([sys.executable, str(script), "10"])
+    short_growth, long_growth = short_peak - plain, long_peak - plain
+    assert long_growth < 2 * short_growth, (plain >> 20, short_peak >> 20, long_peak >> 20)

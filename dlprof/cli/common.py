@@ -54,11 +54,13 @@ def open_run(path: str | None) -> Run:
 
 
 def _with_saves_finished(run: Run) -> Run:
-    from dlprof.importers.finisher import PENDING, finish_pending
     from dlprof.keys import RunStatus
+    from dlprof.store.layout import PENDING
 
     if run.status is not RunStatus.KILLED or not (run.path / PENDING).is_dir():
         return run
+    from dlprof.importers.finisher import finish_pending  # Arrow and the importers: only here
+
     finished = finish_pending(run.path)
     if finished:
         print(f"dlprof: {run.path}: finished {finished} save(s) its killed processes left", file=sys.stderr)

@@ -88,6 +88,11 @@ def print_info(run: Run, console: Console) -> None:
     facts.add_row("on disk", Text(human_size(run_size(run.path))))
     normalised = ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in manifest.normalised.items())
     facts.add_row("normalised", Text(normalised or "nothing changed"))
+    if manifest.saving:
+        facts.add_row("saved", Text(_saving(manifest.saving)))
+    for name, throttled in manifest.saving.get("throttled", {}).items():
+        facts.add_row("throttled", Text(f"{name}: {throttled['calls']:,} later calls counted, not traced "
+                                        "(more than 100,000 calls at under 10 us each, as TAU throttles)"))
     for note in manifest.notes:
         facts.add_row("note", Text(note))
     console.print(facts)
@@ -96,6 +101,26 @@ def print_info(run: Run, console: Console) -> None:
         console.print(_clocks(run))
     if manifest.counts:
         console.print(_counts(manifest.counts))
+
+
+def _saving(saving: dict[str, Any]) -> str:
+    """How the run was saved while it went on, in one line."""
+    parts = [f"{saving.get('saves', 0)} saves ({saving.get('saves_within_steps', 0)} inside steps)",
+             f"memory grew at most {saving.get('peak_memory_growth_mib', 0)} MiB between saves "
+             f"(cap {saving.get('memory_cap_mib', '-')} MiB)"]
+    if saving.get("saves_past_memory_cap"):
+        parts.append(f"{saving['saves_past_memory_cap']} found it past the cap")
+    if saving.get("within_steps_unavailable"):
+        parts.append(saving["within_steps_unavailable"])
+    children = saving.get("forked_children", {})
+    if children.get("children"):
+        batches = sum(kinds.get("dataloader", 0) for kinds in children["children"].values())
+        parts.append(f"{len(children['children'])} forked children saved theirs ({batches:,} DataLoader batches)")
+    if children.get("not_answering"):
+        parts.append(f"children not answering at the end: {len(children['not_answering'])}")
+    if children.get("not_followed"):
+        parts.append(f"child processes not followed: {len(children['not_followed'])}")
+    return "; ".join(parts)
 
 
 def _status(run: Run) -> Text:

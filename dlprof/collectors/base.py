@@ -146,6 +146,12 @@ class Collector(ABC):
     def save(self) -> None:
         """The session saves: write what was buffered, hand over the cycle under way."""
 
+    def save_would_split(self) -> bool:
+        """Whether a save now, inside a step, would cut work this collector times as one piece
+        from work another source times inside it (a layer's backward from the autograd ops it
+        runs): the save then waits for a better moment."""
+        return False
+
     def open_slices(self) -> list[OpenSlice]:
         """Slices of this collector's still open when the session saves (a layer's forward
         under way): the save's slices nest under them. Each gets an id now, which its row

@@ -44,6 +44,7 @@ class LayersCollector(Collector):
         from torch.nn.modules import module as module_hooks
 
         self._grad_enabled = torch.is_grad_enabled
+        self._in_backward = torch._C._current_autograd_node
         self._slices = context.slices
         self._kind = self._slices.kind_code(Kind.MODULE)
         # id(module) -> (weak reference, forward code, backward code); a WeakKeyDictionary
@@ -70,6 +71,16 @@ class LayersCollector(Collector):
         self._recording = action.records
         self._record_backward()
 
+    def save(self) -> None:
+        """A save inside a step: the backwards that have run join it, with the autograd ops they
+        span (those yet to run wait for theirs)."""
+        self._record_backward(keep_unstarted=True)
+
+    def save_would_split(self) -> bool:
+        """Inside a backward (a Python hook of the autograd engine): the layers under way there
+        are timed around ops the profiler hands over at the save."""
+        return self._in_backward() is not None
+
     def open_slices(self) -> list[OpenSlice]:
         """The forwards under way on the saving thread (the one a save runs on)."""
         opened = []
@@ -93,10 +104,14 @@ class LayersCollector(Collector):
             stack: list[tuple[int, list[Any], Any]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
-        if not stack and self._codes(module) is None:
+        codes = self._codes(module)
+        if not stack and codes is None:
             # The outermost module names every layer below it by its path.
             for path, child in module.named_modules():
                 self._name(child, path or type(module).__name__)
+        elif codes is not None and self._slices.is_throttled(codes[0]):
+            self._slices.throttled[codes[0]][0] += 1  # counted, not traced (as TAU throttles)
+            return
         call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), (), -1]
         self._calls.append(call)
         reader = self._reader
@@ -106,8 +121,8 @@ class LayersCollector(Collector):
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
-        if not stack:
-            return  # recording began inside this module's forward
+        if not stack or stack[-1][2] is not module:
+            return  # recording began inside this module's forward, or the module is throttled
         end = time.perf_counter_ns()
         start, call, _ = stack.pop()
         codes = self._codes(module) or self._name(module, type(module).__name__)
@@ -117,6 +132,10 @@ class LayersCollector(Collector):
             self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output),
             call[_FORWARD_ID],
         )
+        if slice_id < 0:  # throttled from this call on: no backward either
+            call[_NAME] = -1
+            call[_INPUT_NODE] = None
+            return
         if reader is not None:
             self._record_counts(slice_id, call[_FORWARD_COUNTS], after)
             call[_FORWARD_COUNTS] = ()
@@ -141,8 +160,10 @@ class LayersCollector(Collector):
 
     # --- backward -----------------------------------------------------------------------------
 
-    def _record_backward(self) -> None:
-        """Record the backward slices of the calls whose backward has run."""
+    def _record_backward(self, keep_unstarted: bool = False) -> None:
+        """Record the backward slices of the calls whose backward has run; ``keep_unstarted``:
+        keep the calls whose backward has not begun (a save between a forward and its backward),
+        else drop them (a step's forwards without a backward, as in evaluation)."""
         calls, self._calls = self._calls, []
         for call in reversed(calls):  # children come after their parent
             if call[_END] == 0:
@@ -159,7 +180,9 @@ class LayersCollector(Collector):
                 parent[_END], parent[_END_COUNTS] = call[_END], call[_END_COUNTS]
         for call in calls:
             start, end = call[_START], call[_END]
-            if start and end > start and call[_NAME] >= 0:
+            if keep_unstarted and not start:
+                self._calls.append(call)
+            elif start and end > start and call[_NAME] >= 0:
                 slice_id = self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
                 if self._reader is not None:
                     self._record_counts(slice_id, call[_START_COUNTS], call[_END_COUNTS])

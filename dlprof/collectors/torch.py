@@ -134,10 +134,12 @@ class TorchCollector(Collector):
         self._enter(_State.IDLE)
         self._threads.close()
         if self._threads.names:
+            names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
-                f"{len(self._threads.names)} other Python thread(s) started while profiling: their ops "
-                + ("recorded (all threads)" if self._context.config.all_threads
-                   else "not recorded (--all-threads records them, without allocations)")
+                f"{len(self._threads.names)} other Python thread(s) started while profiling ({names}): "
+                + ("their ops recorded (all threads)" if self._context.config.all_threads
+                   else "any torch ops they ran were not recorded (--all-threads records them, "
+                        "without allocations)")
             )
 
     def converted(self, result: dict[str, Any]) -> None:

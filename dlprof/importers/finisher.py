@@ -43,11 +43,10 @@ from dlprof.importers.kineto_cycle import convert_cycle as convert_kineto
 from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
+from dlprof.store.layout import PENDING
 from dlprof.store.writer import RankWriter
 
 Result = dict[str, Any]
-# Where save jobs wait in a run directory until they are finished.
-PENDING = "pending"
 # Before each result line the child prints: anything else on its stdout (a library's chatter) is
 # not a result.
 _RESULT = "dlprof-finished "

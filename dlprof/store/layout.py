@@ -24,6 +24,8 @@ PART_GLOB = "part-*.parquet"
 CHUNK_GLOB = "chunk-*.parquet"
 # In a part's footer: the names of the chunk files the part replaced, comma-separated.
 SOURCES_KEY = "dlprof.sources"
+# Where the saves of a session wait, in its run directory, until they are made final.
+PENDING = "pending"
 
 
 def rank_dir(run_dir: Path, table: StoreTable, rank: int) -> Path:

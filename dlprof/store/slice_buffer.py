@@ -3,6 +3,12 @@
 The hot path appends integers to ``array.array`` columns under one lock: no dicts, no strings
 built per event. Names are interned once. :meth:`SliceBuffer.drain` turns what was recorded
 into an Arrow table for the sink.
+
+Throttling, as TAU throttles its timers (``TAU_THROTTLE_NUMCALLS``, ``TAU_THROTTLE_PERCALL``): a
+name recorded more than 100,000 times at under 10 µs a call on average is no longer traced call
+by call; its later calls are counted, and their time summed, per name (:attr:`throttled`), and
+the time they took is left to the slices around them. The run's manifest lists what was
+throttled. A slice a save found open is always recorded (its id is already in use).
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from dlprof.store.ids import SLOT_SESSION, id_base
+
+THROTTLE_CALLS = 100_000
+THROTTLE_PER_CALL_NS = 10_000
 
 
 class SliceBuffer:
@@ -32,6 +41,11 @@ class SliceBuffer:
         self._lock = threading.Lock()
         self.closed = False  # nothing more is recorded (a forked child whose parent stopped)
         self.refused = 0  # slices not recorded since it closed
+        # Per name code: calls and nanoseconds recorded; and, for names throttled, the calls
+        # and nanoseconds since (name code -> [calls, ns]).
+        self._calls: list[int] = []
+        self._total_ns: list[int] = []
+        self.throttled: dict[int, list[int]] = {}
         self._names: dict[str, int] = {}
         self._kinds: dict[str, int] = {}
         self._new_columns()
@@ -69,7 +83,21 @@ class SliceBuffer:
 
     def intern(self, name: str) -> int:
         """The integer code of a name; call once per distinct name, off the hot path if you can."""
-        return self._code(self._names, name)
+        code = self._code(self._names, name)
+        with self._lock:
+            while len(self._calls) <= code:
+                self._calls.append(0)
+                self._total_ns.append(0)
+        return code
+
+    def is_throttled(self, name_code: int) -> bool:
+        """Whether calls of this name are no longer traced one by one."""
+        return name_code in self.throttled
+
+    def throttled_names(self) -> dict[str, dict[str, int]]:
+        """What was throttled: per name, the calls and nanoseconds not traced one by one."""
+        names = {code: name for name, code in self._names.items()}
+        return {names[code]: {"calls": calls, "ns": ns} for code, (calls, ns) in self.throttled.items()}
 
     def kind_code(self, kind: str) -> int:
         """The integer code of a kind of slice."""
@@ -103,6 +131,13 @@ class SliceBuffer:
             return -1
         with self._lock:
             if slice_id < 0:
+                calls = self._calls[name_code] = self._calls[name_code] + 1
+                spent = self._total_ns[name_code] = self._total_ns[name_code] + end - start
+                if calls > THROTTLE_CALLS and spent < calls * THROTTLE_PER_CALL_NS:
+                    aggregate = self.throttled.setdefault(name_code, [0, 0])
+                    aggregate[0] += 1
+                    aggregate[1] += end - start
+                    return -1
                 slice_id = self._next_id
                 self._next_id += 1
             self._id.append(slice_id)

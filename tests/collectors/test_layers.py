@@ -67,10 +67,15 @@ def test_layer_slices_get_counter_deltas_forward_and_backward(tmp_path: Path) ->
     small, big = nn.Linear(64, 64), nn.Linear(64, 2048)
     model = nn.Sequential(small, nn.ReLU(), big)
     x = torch.randn(256, 64)
-    with dlprof.profile(out=tmp_path / "run", collectors=("layers",), counters=["task-clock"]) as prof:
-        for _ in range(3):
-            model(x).sum().backward()
-            prof.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the counted thread does all the work: its task-clock tells the sizes apart
+    try:
+        with dlprof.profile(out=tmp_path / "run", collectors=("layers",), counters=["task-clock"]) as prof:
+            for _ in range(3):
+                model(x).sum().backward()
+                prof.step()
+    finally:
+        torch.set_num_threads(threads)
     run = dlprof.load(tmp_path / "run")
     rows = run.metrics.merge(run.slices[["id", "kind", "name"]], left_on="slice_id", right_on="id")
     rows = rows[(rows["kind"] == "module") & (rows["metric"].astype(str) == "perf:task-clock")]

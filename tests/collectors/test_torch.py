@@ -162,7 +162,8 @@ def test_ops_of_other_threads_are_noted_or_recorded(tmp_path: Path) -> None:
     muls = run.slices[run.slices.name == "aten::mul"]
     assert len(muls) == 1 and worker_tid not in set(muls.tid)
     [note] = [n for n in run.manifest.collectors[0].notes if "thread" in n]
-    assert note.startswith("1 other Python thread(s) started while profiling: their ops not recorded")
+    assert note.startswith("1 other Python thread(s) started while profiling (worker): any torch ops they ran "
+                           "were not recorded")
 
     run, worker_tid = _thread_ops(tmp_path / "all", all_threads=True)
     muls = run.slices[run.slices.name == "aten::mul"]
