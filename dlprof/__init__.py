@@ -62,6 +62,8 @@ def profile(
     all_threads: bool = False,
     counters: tuple[str, ...] | list[str] = (),
     counter_scope: str = "thread",
+    save_seconds: float = 10.0,
+    memory_cap_mib: int = 512,
 ) -> Session:
     """A profiling session for a block of code; use it with ``with``.
 
@@ -84,6 +86,10 @@ def profile(
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.
         counter_scope: ``"thread"`` (the thread that starts the session) or ``"process"``.
+        save_seconds: save at least this often (inside a step if need be): a process killed at
+            any moment loses at most about this much (as ``dlprof run --save-seconds``).
+        memory_cap_mib: save whenever memory grew by half of this since the last save, so
+            that profiling holds about this much above the program's own (``--memory-cap``).
 
     Returns:
         The session; call ``.step()`` at the end of each training step.
@@ -96,6 +102,10 @@ def profile(
     place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
+    if save_seconds < 0.1:
+        raise ValueError(f"save_seconds {save_seconds}: at least 0.1")
+    if memory_cap_mib < 16:
+        raise ValueError(f"memory_cap_mib {memory_cap_mib}: at least 16")
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
@@ -108,6 +118,8 @@ def profile(
         all_threads=all_threads,
         counters=tuple(counters),
         counter_scope=counter_scope,
+        save_seconds=save_seconds,
+        memory_cap_bytes=memory_cap_mib << 20,
         rank=place.rank,
         world_size=place.world_size,
     )

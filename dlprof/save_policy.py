@@ -7,8 +7,9 @@ no steps, or with steps longer than the limits, is saved inside a step: a watchd
 finds a save overdue asks the main thread for one as a signal handler would be
 (``_thread.interrupt_main(SIGURG)``: no signal is sent, so no system call of the program's is
 interrupted, a blocking socket read in a library's C++ included), and the handler saves between
-two bytecodes of the program, unless dlprof's own code is under way there, in which case the
-watchdog asks again shortly. A program blocked in C code the whole time is saved when it returns. So
+two bytecodes of the program, unless dlprof's own code is under way there or a collector says a
+save would cut its work in two (a backward under way: see ``Collector.save_would_split``), in
+which case the watchdog asks again shortly. A program blocked in C code the whole time is saved when it returns. So
 memory stays bounded and a run killed at any moment keeps all but its last few seconds::
 
     clock = SaveClock(SaveLimits())

@@ -212,3 +212,19 @@ def test_a_long_run_without_steps_stays_bounded_with_its_data_saved(tmp_path: Pa
     plain = peak_rss([sys.executable, str(script), "10"])
     short_growth, long_growth = short_peak - plain, long_peak - plain
     assert long_growth < 2 * short_growth, (plain >> 20, short_peak >> 20, long_peak >> 20)
+
+
+def test_profile_takes_the_save_limits_of_dlprof_run(tmp_path: Path) -> None:
+    """profile(save_seconds=, memory_cap_mib=) mean what --save-seconds and --memory-cap mean."""
+    with dlprof.profile(out=tmp_path / "run", collectors=(), save_seconds=0.1, memory_cap_mib=64) as prof:
+        for _ in range(4):
+            with dlprof.region("work"):
+                _spin(150_000_000)
+            prof.step()
+    saving = dlprof.load(tmp_path / "run").manifest.saving
+    assert saving["memory_cap_mib"] == 64
+    assert saving["saves"] >= 4, "a save at each step that took longer than 0.1 s"
+    with pytest.raises(ValueError, match="save_seconds"):
+        dlprof.profile(out=tmp_path / "bad", save_seconds=0)
+    with pytest.raises(ValueError, match="memory_cap_mib"):
+        dlprof.profile(out=tmp_path / "bad", memory_cap_mib=1)
