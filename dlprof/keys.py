@@ -30,6 +30,12 @@ class Kind(StrEnum):
 # Work that runs on an accelerator rather than on a CPU thread.
 DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
 
+# The range dlprof opens at the start of every profiler cycle, timed on its own clock too: how
+# the framework's clock is mapped onto dlprof's (torch.profiler's and TensorFlow's traces).
+CLOCK_MARKER = "dlprof::clock_sync"
+# Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
+PROFILER_RANGE = "cuda_profiler_range"
+
 # When two slices start together and last as long, the outer one is the one that comes first here.
 NESTING_ORDER: dict[str, int] = {
     Kind.STEP: 0,

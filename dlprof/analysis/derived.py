@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof.analysis.cupti_names import describe_names, perfworks_name
-from dlprof.importers.kineto import PROFILER_RANGE
+from dlprof.keys import PROFILER_RANGE
 from dlprof.store.reader import Run
 
 # Kinds whose durations are not the work's: Kineto's CUPTI range profiler writes one placeholder

@@ -34,8 +34,7 @@ import pandas as pd
 
 from dlprof.analysis.derived import BUILTIN_BY_NAME, Grouping, derived_metrics
 from dlprof.analysis.sql import launch_calls
-from dlprof.importers.kineto import PROFILER_RANGE
-from dlprof.keys import Kind
+from dlprof.keys import PROFILER_RANGE, Kind
 from dlprof.store.reader import Run
 
 # A kernel launch costs the host a few microseconds end to end (the CUDA runtime call, the

@@ -10,8 +10,7 @@ import pandas as pd
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
-from dlprof.importers.kineto import PROFILER_RANGE
-from dlprof.keys import TableFormat
+from dlprof.keys import PROFILER_RANGE, TableFormat
 from dlprof.viewers.terminal import short_name, write_table
 
 HELP = """Rank a run's kernels by how much tuning them may gain, and say why.

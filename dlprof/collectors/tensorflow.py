@@ -29,8 +29,8 @@ from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.importers.finisher import Cycle
-from dlprof.importers.kineto import CLOCK_MARKER
 from dlprof.importers.xplane_cycle import XPlaneJob
+from dlprof.keys import CLOCK_MARKER
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
 from dlprof.support.chatter import hidden_chatter

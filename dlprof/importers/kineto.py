@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 from dlprof.importers.chunked_json import ChunkedTrace, gc_paused, open_stream
 from dlprof.importers.kineto_events import EventParser, events_from_dicts
 from dlprof.importers.kineto_rows import (
-    PROFILER_RANGE,
     STEP_PREFIX,
     SliceNaming,
     counter_rows,
@@ -35,9 +34,9 @@ from dlprof.importers.kineto_rows import (
     metric_rows,
     slice_rows,
 )
+from dlprof.keys import CLOCK_MARKER
 
-CLOCK_MARKER = "dlprof::clock_sync"
-__all__ = ["CLOCK_MARKER", "PROFILER_RANGE", "STEP_PREFIX", "KinetoOptions", "KinetoTables", "clock_offset",
+__all__ = ["STEP_PREFIX", "KinetoOptions", "KinetoTables", "clock_offset",
            "convert_events", "convert_file", "convert_trace", "gc_paused", "read_trace"]
 
 # Slices that describe the trace rather than the program.

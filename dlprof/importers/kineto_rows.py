@@ -21,10 +21,8 @@ import pyarrow.compute as pc
 
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.importers.kineto_events import as_int
-from dlprof.keys import Kind
+from dlprof.keys import PROFILER_RANGE, Kind
 
-# Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
-PROFILER_RANGE = "cuda_profiler_range"
 STEP_PREFIX = "ProfilerStep#"
 
 # Kineto's categories of the kinds dlprof understands: libkineto's ActivityType names, the other

@@ -45,12 +45,12 @@ import orjson
 import pyarrow as pa
 
 from dlprof.importers.hlo import HloFormatError, HloOp, hlo_ops
-from dlprof.importers.kineto import CLOCK_MARKER, clock_offset, gc_paused
+from dlprof.importers.kineto import clock_offset, gc_paused
 from dlprof.importers.tf_ops import TfOp, parse_op_event, tf_op
 from dlprof.importers.xplane_devices import DEVICE_PLANE, device_plane
 from dlprof.importers.xplane_rows import EventClass, MemoryRows, SliceRows, Track
 from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, fold_id, scalar
-from dlprof.keys import Kind
+from dlprof.keys import CLOCK_MARKER, Kind
 from dlprof.store.manifest import ClockDomain
 
 XPLANE_SUFFIX = ".xplane.pb"
