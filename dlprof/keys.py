@@ -36,6 +36,11 @@ CLOCK_MARKER = "dlprof::clock_sync"
 # Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
 PROFILER_RANGE = "cuda_profiler_range"
 
+# As TAU throttles a timer: a name recorded more than this many times at under this many ns a
+# call on average is counted from then on, not traced (dlprof/store/slice_buffer.py).
+THROTTLE_CALLS = 100_000
+THROTTLE_PER_CALL_NS = 10_000
+
 # When two slices start together and last as long, the outer one is the one that comes first here.
 NESTING_ORDER: dict[str, int] = {
     Kind.STEP: 0,

@@ -148,7 +148,7 @@ def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
 def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
     """As TAU throttles a timer: past 100,000 calls at under 10 us each, later calls are counted,
     not traced, and the run says so."""
-    from dlprof.store.slice_buffer import THROTTLE_CALLS
+    from dlprof.keys import THROTTLE_CALLS
 
     with dlprof.profile(out=tmp_path / "run", collectors=()):
         for _ in range(THROTTLE_CALLS + 500):

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from dlprof.cli.common import open_run, run_argument
 from dlprof.cli.ls import human_duration, human_size
-from dlprof.keys import RunStatus
+from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS, RunStatus
 from dlprof.store.catalog import event_count, run_size, script_of
 from dlprof.store.reader import Run
 
@@ -92,7 +92,8 @@ def print_info(run: Run, console: Console) -> None:
         facts.add_row("saved", Text(_saving(manifest.saving)))
     for name, throttled in manifest.saving.get("throttled", {}).items():
         facts.add_row("throttled", Text(f"{name}: {throttled['calls']:,} later calls counted, not traced "
-                                        "(more than 100,000 calls at under 10 us each, as TAU throttles)"))
+                                        f"(more than {THROTTLE_CALLS:,} calls at under "
+                                        f"{THROTTLE_PER_CALL_NS // 1000} us each, as TAU throttles)"))
     for note in manifest.notes:
         facts.add_row("note", Text(note))
     console.print(facts)

@@ -110,7 +110,7 @@ class LayersCollector(Collector):
             for path, child in module.named_modules():
                 self._name(child, path or type(module).__name__)
         elif codes is not None and self._slices.is_throttled(codes[0]):
-            self._slices.throttled[codes[0]][0] += 1  # counted, not traced (as TAU throttles)
+            self._slices.count_untimed(codes[0])  # counted, not traced (as TAU throttles)
             return
         call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), (), -1]
         self._calls.append(call)

@@ -6,7 +6,7 @@ into an Arrow table for the sink.
 
 Throttling, as TAU throttles its timers (``TAU_THROTTLE_NUMCALLS``, ``TAU_THROTTLE_PERCALL``): a
 name recorded more than 100,000 times at under 10 µs a call on average is no longer traced call
-by call; its later calls are counted, and their time summed, per name (:attr:`throttled`), and
+by call; its later calls are counted, and their time summed, per name (:meth:`throttled_names`), and
 the time they took is left to the slices around them. The run's manifest lists what was
 throttled. A slice a save found open is always recorded (its id is already in use).
 """
@@ -19,10 +19,8 @@ from array import array
 import numpy as np
 import pyarrow as pa
 
+from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS
 from dlprof.store.ids import SLOT_SESSION, id_base
-
-THROTTLE_CALLS = 100_000
-THROTTLE_PER_CALL_NS = 10_000
 
 
 class SliceBuffer:
@@ -45,7 +43,7 @@ class SliceBuffer:
         # and nanoseconds since (name code -> [calls, ns]).
         self._calls: list[int] = []
         self._total_ns: list[int] = []
-        self.throttled: dict[int, list[int]] = {}
+        self._throttled: dict[int, list[int]] = {}
         self._names: dict[str, int] = {}
         self._kinds: dict[str, int] = {}
         self._new_columns()
@@ -92,12 +90,17 @@ class SliceBuffer:
 
     def is_throttled(self, name_code: int) -> bool:
         """Whether calls of this name are no longer traced one by one."""
-        return name_code in self.throttled
+        return name_code in self._throttled
+
+    def count_untimed(self, name_code: int) -> None:
+        """One more call of a throttled name, which its recorder did not even time (a layer)."""
+        with self._lock:
+            self._throttled[name_code][0] += 1
 
     def throttled_names(self) -> dict[str, dict[str, int]]:
         """What was throttled: per name, the calls and nanoseconds not traced one by one."""
         names = {code: name for name, code in self._names.items()}
-        return {names[code]: {"calls": calls, "ns": ns} for code, (calls, ns) in self.throttled.items()}
+        return {names[code]: {"calls": calls, "ns": ns} for code, (calls, ns) in self._throttled.items()}
 
     def kind_code(self, kind: str) -> int:
         """The integer code of a kind of slice."""
@@ -134,7 +137,7 @@ class SliceBuffer:
                 calls = self._calls[name_code] = self._calls[name_code] + 1
                 spent = self._total_ns[name_code] = self._total_ns[name_code] + end - start
                 if calls > THROTTLE_CALLS and spent < calls * THROTTLE_PER_CALL_NS:
-                    aggregate = self.throttled.setdefault(name_code, [0, 0])
+                    aggregate = self._throttled.setdefault(name_code, [0, 0])
                     aggregate[0] += 1
                     aggregate[1] += end - start
                     return -1

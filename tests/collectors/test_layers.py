@@ -88,3 +88,18 @@ def test_layer_slices_get_counter_deltas_forward_and_backward(tmp_path: Path) ->
     assert total["2 (Linear) forward"] > total["0 (Linear) forward"]
     assert total["2 (Linear) backward"] > total["0 (Linear) backward"]
     assert total["Sequential (Sequential) forward"] >= total["2 (Linear) forward"]
+
+
+def test_a_layer_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
+    """Past THROTTLE_CALLS calls at under 10 us each, a layer's later calls are counted, not
+    timed, as a region's are; its earlier slices stay."""
+    from dlprof.keys import THROTTLE_CALLS
+
+    layer, x = nn.Identity(), torch.ones(1)
+    with torch.no_grad(), dlprof.profile(out=tmp_path / "run", collectors=("layers",)):
+        for _ in range(THROTTLE_CALLS + 50):
+            layer(x)
+    run = dlprof.load(tmp_path / "run")
+    name = "Identity (Identity) forward"
+    assert (run.slices.name == name).sum() == THROTTLE_CALLS
+    assert run.manifest.saving["throttled"][name]["calls"] == 50
