@@ -28,9 +28,13 @@ def test_scope_tree_is_drawn_for_a_person(cnn_run: Path, capsys: pytest.CaptureF
     names = [line.strip().split("  ")[0] for line in lines]
     assert "(all ops)" in names
     forward = next(i for i, line in enumerate(lines) if "─ Sequential forward" in line)
-    # The layers of the model hang below it, drawn with guides one level in.
-    below = [line.strip() for line in lines[forward + 1:forward + 6]]
-    assert all(line.startswith(("│  ├─ ", "│  └─ ")) for line in below), below
+    # The layers of the model hang below it, drawn with guides one level in: below a last child
+    # (└─) the guide column is blank, below any other it continues (│). Which of forward and
+    # backward comes last depends on their measured times.
+    column = lines[forward].index("─ Sequential forward") - 1  # where its own ├─ or └─ is
+    guide = "   " if lines[forward][column] == "└" else "│  "
+    below = [line[column:] for line in lines[forward + 1:forward + 6]]
+    assert all(line.startswith((f"{guide}├─ ", f"{guide}└─ ")) for line in below), below
     assert any("0 (Conv2d)" in line for line in below)
 
 
