@@ -17,8 +17,9 @@ root's self time is that of ops outside any scope or Python frame.
 - Code view (:func:`code_tree`): the Python frames around the op (slices of kind ``python``, from
   PyTorch's ``with_stack`` or TensorFlow's Python tracer), each shown as ``file:line:function``,
   the line being where the function starts. Calls of the same function from different callers
-  are different nodes, as in a call tree. Under ``dlprof run`` the tree starts at the program's
-  ``<module>``, without the frames of dlprof's own launcher above it.
+  are different nodes, as in a call tree. The tree is the user's code: dlprof's, click's and
+  runpy's frames are left out and it starts at the program's ``<module>``
+  (see :mod:`dlprof.analysis.user_code`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pandas as pd
 from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.sql import rank_condition
 from dlprof.analysis.tfprof import IS_OP, kept_op_costs
+from dlprof.analysis.user_code import user_code
 from dlprof.keys import Kind, TreeView
 from dlprof.store.reader import Run
 
@@ -56,10 +58,6 @@ _FRAME_FORMATS = (
 )
 # Built-in calls name the object they are bound to by address; one node per method, not object.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-# Under `dlprof run`, the frames above the program are dlprof's (its command line, the runner,
-# runpy): the code view starts at the program's own ``<module>`` frames below the runner's.
-_RUNNER_FRAME = re.compile(r"(^|/)dlprof/runner\.py:\d+:run_target$")
-_MODULE_FRAME = ":<module>"
 
 
 def frame_label(name: str) -> str:
@@ -116,20 +114,6 @@ class _Nodes:
         for component in components:
             node = self.intern(node, component)
         return node
-
-    def skip_runner(self) -> None:
-        """Hang the program's ``<module>`` frames that dlprof's runner ran from the root."""
-        below: dict[int, list[int]] = {}
-        for node, parent in enumerate(self.parent):
-            below.setdefault(parent, []).append(node)
-        for runner in [n for n, name in enumerate(self.name) if _RUNNER_FRAME.search(name)]:
-            pending = list(below.get(runner, []))
-            while pending:
-                node = pending.pop()
-                if self.name[node].endswith(_MODULE_FRAME):
-                    self.parent[node] = 0  # a parent still comes before its children
-                else:
-                    pending.extend(below.get(node, []))
 
 
 def _frame_nodes(frames: pd.DataFrame, nodes: _Nodes, label: Callable[[str, bool], str]) -> dict[int, int]:
@@ -202,7 +186,8 @@ def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min
         frame_node = _frame_nodes(frames, nodes, layer_label)
     else:
         frame_node = _frame_nodes(frames, nodes, lambda name, _outermost: frame_label(name))
-        nodes.skip_runner()
+        nodes.parent, nodes.name, new_of = user_code(nodes.parent, nodes.name)
+        frame_node = {frame: new_of[node] for frame, node in frame_node.items()}
     place = []
     for frame_id, scope_path in zip(per_place["frame_id"], per_place["scope"], strict=True):
         if isinstance(scope_path, str):

@@ -14,6 +14,7 @@ import pytest
 import dlprof
 from dlprof.analysis.tfprof import op_view
 from dlprof.analysis.trees import code_tree, frame_label, scope_tree, tree
+from dlprof.analysis.user_code import is_launcher_frame, user_label
 from dlprof.keys import Kind, TreeView
 from tests.analysis.test_aggregate import op
 from tests.analysis.test_tfprof import Walk, expected_costs, imported_tensorflow_run, write_run
@@ -160,7 +161,9 @@ def test_scope_tree_of_a_real_tensorflow_profile(tf_profile: Path, tmp_path: Pat
 def test_code_tree_of_a_real_torch_run_with_stacks(stack_run: Path) -> None:
     run = dlprof.load(stack_run)
     walk = Walk(run)
-    frames = {i: _kineto_frame(str(r["name"])) for i, r in walk.rows.items() if r["kind"] == Kind.PYTHON}
+    # The code view leaves the launcher's frames out (dlprof's own, click's, runpy's).
+    frames = {i: user_label(label) for i, r in walk.rows.items() if r["kind"] == Kind.PYTHON
+              and not is_launcher_frame(label := _kineto_frame(str(r["name"])))}
     table = code_tree(run)
     assert_tree_matches(table, expected_tree(run, labelled_ancestors(run, frames), ";"))
     # The model's forward is a node, named by this file, the line its def starts on, its name.

@@ -94,5 +94,11 @@ def test_run_with_stack_then_the_code_view(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     code = run_program("tree", "run", "--view", "code", "--min-percent", "0", "--format", "json", cwd=tmp_path)
     assert code.returncode == 0, code.stderr
-    names = [row["name"] for row in json.loads(code.stdout)]
+    rows = json.loads(code.stdout)
+    names = [row["name"] for row in rows]
     assert any(name.endswith(f"train.py:{line}:train_step") for name in names), names[:20]
+    # The tree is the user's code: rooted at the script, which holds all op time; none of
+    # dlprof's, click's or runpy's frames.
+    assert [row["name"] for row in rows if row["depth"] == 1] == ["train.py:<module>"]
+    assert [row["total_ns"] for row in rows if row["depth"] == 1] == [rows[0]["total_ns"]]
+    assert not [n for n in names if "dlprof/" in n or "click/" in n or "runpy" in n], names
