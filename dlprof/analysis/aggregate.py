@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition
 from dlprof.engine.rows import Rows
 from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
@@ -79,21 +80,42 @@ def _keys(group_by: GroupKey) -> list[str]:
     return ["name", "input_shapes"] if group_by is GroupKey.SHAPE else ["name"]
 
 
-def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None) -> str:
-    """A query of the slices one top table aggregates: its group keys and the measures."""
+def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within: str | None = None,
+               leaves: bool = False) -> str:
+    """A query of the slices one top table aggregates: its group keys and the measures.
+
+    A layer's self time is its time outside the layers inside it (its own ops included), as a
+    TAU timer's exclusive time is its time outside other timers: the time of the slices directly
+    in it would be the hooks' and Python's time between the ops.
+    """
     d = run.engine.dialect
     name = "s.name"
+    self_ns = "s.self_ns"
     joins = ""
+    conditions = ""
     if group_by is GroupKey.OP and kind in DEVICE_KINDS:
         joins += (f" LEFT JOIN ({launch_calls()}) AS c ON s.rank = c.rank AND s.correlation_id = c.correlation_id"
                   " LEFT JOIN slices p ON p.rank = c.rank AND p.id = c.parent_id")
         name = f"coalesce(p.name, {d.literal(UNATTRIBUTED)})"
     elif group_by is GroupKey.TYPE:
         name = "coalesce(s.op_type, s.name)"
+    if kind == Kind.MODULE:
+        is_layer = f"kind = {d.literal(str(Kind.MODULE))}"
+        inner = (f"SELECT rank, ancestor_id AS id, sum(dur_ns) AS inner_ns FROM "
+                 f"({nearest_ancestor(d, is_layer, rank, among=is_layer)}) AS layers "
+                 "WHERE ancestor_id IS NOT NULL GROUP BY rank, ancestor_id")
+        joins += f" LEFT JOIN ({inner}) AS inner_layers ON inner_layers.rank = s.rank AND inner_layers.id = s.id"
+        self_ns = "greatest(s.dur_ns - coalesce(inner_layers.inner_ns, 0), 0)"
+        if leaves:
+            conditions += " AND inner_layers.id IS NULL"
+    if within is not None:
+        enclosing = f"name = {d.literal(within)}"
+        joins += (f" JOIN ({nearest_ancestor(d, enclosing, rank)}) AS within_ "
+                  "ON within_.rank = s.rank AND within_.id = s.id AND within_.ancestor_id IS NOT NULL")
     return (
         f"SELECT s.id, s.rank, {name} AS name, coalesce(s.input_shapes, '') AS input_shapes, s.dur_ns, "
-        f"s.self_ns, s.bytes, s.flops FROM slices s{joins} "
-        f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}"
+        f"{self_ns} AS self_ns, s.bytes, s.flops FROM slices s{joins} "
+        f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}{conditions}"
     )
 
 
@@ -124,10 +146,14 @@ def top_rows(
     limit: int | None = 15,
     rank: int | None = None,
     per_rank: bool = False,
+    within: str | None = None,
+    leaves: bool = False,
 ) -> Rows:
     """:func:`top`'s table as plain values (see there); what ``dlprof top`` prints."""
+    if leaves and kind != Kind.MODULE:
+        raise ValueError(f"--leaves: the layers with no layer inside them; not for kind {kind!r}")
     keys = _keys(group_by)
-    selection = _selection(run, kind, group_by, rank)
+    selection = _selection(run, kind, group_by, rank, within, leaves)
     launched = None if kind in DEVICE_KINDS else _launched_device_time(run, selection, keys)
     device = kind in DEVICE_KINDS or launched is not None
     if by is SortKey.DEVICE and not device:
@@ -181,6 +207,8 @@ def top(
     limit: int | None = 15,
     rank: int | None = None,
     per_rank: bool = False,
+    within: str | None = None,
+    leaves: bool = False,
 ) -> pd.DataFrame:
     """Aggregate the slices of one kind into a table, sorted and cut to ``limit`` rows.
 
@@ -193,6 +221,8 @@ def top(
         limit: at most this many rows (None: all).
         rank: only this rank's slices.
         per_rank: add how each row's total time spreads over the ranks (:data:`PER_RANK_COLUMNS`).
+        within: only slices inside a slice of this name (a region such as ``eval``, a step).
+        leaves: layers only (kind ``module``): only those with no layer inside them.
 
     Returns:
         One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
@@ -206,7 +236,7 @@ def top(
     Raises:
         ValueError: sorting by device time in a run without device activity.
     """
-    rows = top_rows(run, kind, by, group_by, limit, rank, per_rank)
+    rows = top_rows(run, kind, by, group_by, limit, rank, per_rank, within, leaves)
     return rows.to_pandas({"calls": "int64", "total_ns": "int64", "self_ns": "int64", "avg_ns": "int64",
                            "min_ns": "int64", "max_ns": "int64", "bytes": "int64", "flops": "int64",
                            "self_pct": "float64", "cum_pct": "float64", DEVICE_COLUMN: "int64",

@@ -39,7 +39,7 @@ def nested_in_same(key: str, where: str = "TRUE") -> str:
     )
 
 
-def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None) -> str:
+def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None, among: str = "TRUE") -> str:
     """The innermost ancestor of each CPU slice for which ``wanted`` holds.
 
     Two window passes. The first counts, for each slice, the wanted slices open when it starts
@@ -52,13 +52,15 @@ def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None) -> 
         dialect: the engine's dialect.
         wanted: a condition over ``slices`` (``kind = 'op'``).
         rank: only this rank's slices (None: every rank).
+        among: only these slices take part, as the ones asking and as the ancestors (the
+            layers among layers: one sort of a few rows instead of the whole table).
 
     Returns:
-        A query with one row per CPU slice: ``rank``, ``id``, ``dur_ns``, ``is_wanted`` (whether
+        A query with one row per CPU slice taking part: ``rank``, ``id``, ``dur_ns``, ``is_wanted`` (whether
         ``wanted`` holds for the slice itself), ``ancestor_id`` (its innermost wanted ancestor,
         NULL for none) and ``own_id`` (the slice itself when wanted, else ``ancestor_id``).
     """
-    selected = f"{ON_CPU}{rank_condition(rank)}"
+    selected = f"{ON_CPU}{rank_condition(rank)} AND ({among})"
     # Zero-length slices hold nothing (nesting ends a slice at its end, before anything starts there).
     candidate = f"({wanted}) AND dur_ns > 0"
     events = (

@@ -19,7 +19,9 @@ RUN is a run directory; by default the newest under ./dlprof-runs.
 \b
 Examples:
   dlprof top --by micros                 # ops by total time, newest run
-  dlprof top --kind module --by self     # layers by self time
+  dlprof top --kind module --by self     # layers by their time outside the layers inside them
+  dlprof top --kind module --leaves      # the layers that hold no other layer
+  dlprof top --within eval               # ops inside the region (or any slice) named eval
   dlprof top --group-by shape --limit 30 # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
   dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
@@ -46,20 +48,23 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @click.option("--rank", type=int, default=None, help="Only this rank.")
 @click.option("--per-rank", is_flag=True,
               help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
+@click.option("--within", default=None, metavar="NAME",
+              help="Only slices inside a slice of this name: a region (eval, train), a step.")
+@click.option("--leaves", is_flag=True, help="Layers (--kind module) with no layer inside them.")
 @click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
 @engine_option
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
-            per_rank: bool, fmt: str) -> int:
+            per_rank: bool, within: str | None, leaves: bool, fmt: str) -> int:
     loaded = open_run(run)
     print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit,
-              rank=rank, fmt=TableFormat(fmt), per_rank=per_rank)
+              rank=rank, fmt=TableFormat(fmt), per_rank=per_rank, within=within, leaves=leaves)
     return 0
 
 
 def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE,
-              per_rank: bool = False) -> None:
+              per_rank: bool = False, within: str | None = None, leaves: bool = False) -> None:
     """Print a run's top table, or fail with one line saying what the run holds instead."""
     if per_rank and group_by is GroupKey.TYPE:
         raise UsageError("--per-rank: not with --group-by type (tfprof's op view)")
@@ -72,14 +77,19 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         )
     check_rank(loaded, rank)
     if group_by is GroupKey.TYPE:
+        if within is not None or leaves:
+            raise UsageError("--group-by type (tfprof's op view): not with --within or --leaves")
         _print_op_view(loaded, kind, by, limit, rank, fmt)
         return
     try:
         table = top_rows(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
-                    per_rank=per_rank)
+                         per_rank=per_rank, within=within, leaves=leaves)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"
+    if within is not None and not table.rows:
+        raise UsageError(f"{loaded.path}: no {kind} slices inside a slice named {within!r}")
+    where = f" within {within}" if within is not None else ""
+    title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({loaded.status})"
     write_table(table, title, fmt)
 
 

@@ -116,3 +116,56 @@ def test_names_that_look_like_markup_print_as_written(tmp_path: Path) -> None:
     render_table(top(run), "t [bold]", out)
     text = out.getvalue()
     assert "[/]" in text and "[red]danger[/red]" in text and "t [bold]" in text
+
+
+@pytest.mark.torch
+def test_a_layers_self_time_is_its_time_outside_the_layers_inside_it(cnn_run: Path) -> None:
+    """Not the time between its ops (hooks and Python): the ops it runs itself count as its own."""
+    from tests.analysis.test_tfprof import Walk
+
+    run = dlprof.load(cnn_run)
+    walk = Walk(run)
+    inner: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for slice_id, row in walk.rows.items():
+        if row["kind"] != "module":
+            continue
+        total[row["name"]] = total.get(row["name"], 0) + int(row["dur_ns"])
+        outer = walk.enclosing(slice_id, "module")
+        if outer is not None:
+            name = walk.rows[outer]["name"]
+            inner[name] = inner.get(name, 0) + int(row["dur_ns"])
+    expected = {name: total[name] - inner.get(name, 0) for name in total}
+    table = top(run, kind="module", by=SortKey.SELF, limit=None).set_index("name")
+    assert table["self_ns"].to_dict() == expected
+    container = "Sequential (Sequential) forward"
+    assert inner[container] > 0 and table.loc[container, "self_ns"] < table.loc[container, "total_ns"]
+    # A leaf layer's self time is all of its time; --leaves keeps only those.
+    leaves = top(run, kind="module", limit=None, leaves=True)
+    assert set(leaves["name"]) == {name for name in total if name not in inner}
+    assert (leaves["self_ns"] == leaves["total_ns"]).all()
+
+
+@pytest.mark.torch
+def test_within_keeps_the_slices_inside_a_named_slice(cnn_run: Path) -> None:
+    from tests.analysis.test_tfprof import Walk
+
+    run = dlprof.load(cnn_run)
+    walk = Walk(run)
+    inside = [i for i, row in walk.rows.items() if row["kind"] == "op"
+              and any(walk.rows[a]["name"] == "forward" for a in walk.ancestors(i))]
+    table = top(run, kind="op", limit=None, within="forward")
+    assert table["calls"].sum() == len(inside) > 0
+    assert table["total_ns"].sum() == sum(int(walk.rows[i]["dur_ns"]) for i in inside)
+    with pytest.raises(ValueError, match="--leaves"):
+        top(run, kind="op", leaves=True)
+
+
+def test_within_a_name_no_slice_has_is_one_line(cnn_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlprof.cli.main import main
+
+    assert main(["top", str(cnn_run), "--within", "no such region"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "inside a slice named 'no such region'" in err
+    assert main(["top", str(cnn_run), "--kind", "module", "--leaves", "--format", "json"]) == 0
+    assert "Sequential (Sequential) forward" not in capsys.readouterr().out
