@@ -18,6 +18,7 @@ from dlprof.cli.common import open_run, run_argument
 from dlprof.cli.ls import human_duration, human_size
 from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS, RunStatus
 from dlprof.store.catalog import event_count, run_size, script_of
+from dlprof.store.manifest import NESTING_CHANGES
 from dlprof.store.reader import Run
 
 HELP = """Show what a run is: status, command, times, host, devices, collectors, clocks, counts.
@@ -86,8 +87,9 @@ def print_info(run: Run, console: Console) -> None:
     events = event_count(run)
     facts.add_row("events", Text("unknown" if events is None else f"{events:,}"))
     facts.add_row("on disk", Text(human_size(run_size(run.path))))
-    normalised = ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in manifest.normalised.items())
-    facts.add_row("normalised", Text(normalised or "nothing changed"))
+    normalised = "; ".join(f"{v:,} {NESTING_CHANGES.get(k, k.replace('_', ' '))}"
+                           for k, v in manifest.normalised.items())
+    facts.add_row("normalised", Text(normalised or "nothing changed: every slice as recorded"))
     if manifest.saving:
         facts.add_row("saved", Text(_saving(manifest.saving)))
     for name, throttled in manifest.saving.get("throttled", {}).items():

@@ -27,6 +27,17 @@ RANK_MANIFESTS = "ranks"
 RANK0_CLOCK = "rank0"
 
 
+# What each count of nesting's report (store.nesting.NestingReport, the manifest's
+# ``normalised``) did to the recorded times, in words (``dlprof info``).
+NESTING_CHANGES: dict[str, str] = {
+    "clipped_to_parent": "slices ended at their parent's end (durations shortened by the overrun)",
+    "moved_past_parent": "slices started at the end of the slice they began late in (start moved later)",
+    "extended_over_parent": "slices started earlier to contain the slice they began early in (durations lengthened)",
+    "negative_durations": "slices with a negative duration made zero-length",
+    "overlapping_on_device": "device slices overlapping the previous one on their stream (times kept as recorded)",
+}
+
+
 @dataclass
 class CollectorInfo:
     """One collector as the run used it."""

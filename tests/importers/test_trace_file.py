@@ -53,12 +53,20 @@ def test_every_recorded_trace_imports_with_its_figures(path: Path, tmp_path: Pat
     assert run.manifest.status.value == "complete" and manifest.counts["slices"] == len(complete)
 
 
-def test_normalising_is_counted_in_the_manifest(tmp_path: Path) -> None:
+def test_normalising_is_counted_in_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (path,) = (KINETO_TRACES / "critical_path" / "simple_add").glob("*.json.gz")
     manifest = import_traces([path], tmp_path / "run")
     run = dlprof.load(tmp_path / "run")
     assert manifest.normalised.get("overlapping_on_device", 0) > 0
     assert run.manifest.normalised == manifest.normalised
+    # dlprof info says, in words, what each count did to the recorded times.
+    from dlprof.cli.main import main
+    from dlprof.store.manifest import NESTING_CHANGES
+
+    assert main(["info", str(tmp_path / "run")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for key, count in manifest.normalised.items():
+        assert f"{count:,} {NESTING_CHANGES[key]}" in out
 
 
 def test_files_become_ranks(tmp_path: Path) -> None:
