@@ -20,6 +20,7 @@ from dlprof.analysis.diff import (
     work_steps,
 )
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import render_diff
@@ -101,6 +102,7 @@ class Duration(click.ParamType[int]):
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or every column as CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, rank_text: str | None,
             fail_above: float | None, min_ns: int, limit: int, fmt: str) -> int:

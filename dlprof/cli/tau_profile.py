@@ -8,6 +8,7 @@ import click
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.viewers.tau_profile_text import write_tau_profile
 
 HELP = """Print a run's flat profile per rank and thread, in TAU's profile layout (as TAU's
@@ -35,6 +36,7 @@ Examples:
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=0, show_default=True,
               help="Rows per table (0: all); the rest are summed into a -others- row, as "
                    "TAU's pprof -n does.")
+@wide_option
 @engine_option
 def command(run: str | None, rank: int | None, limit: int) -> int:
     loaded = open_run(run)

@@ -6,8 +6,9 @@ from enum import StrEnum
 
 import click
 
-from dlprof.analysis.aggregate import kinds_present, top_rows
+from dlprof.analysis.aggregate import SORT_COLUMN, kinds_present, top_rows
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -23,6 +24,7 @@ Examples:
   dlprof top --group-by shape --limit 30 # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
   dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
+  dlprof top RUN --wide                  # every column and whole names, however wide
   dlprof top RUN --format json           # for scripts
   dlprof top RUN --engine spark          # the same table, computed by Apache Spark
 """
@@ -48,6 +50,7 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
               help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
 @click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
             per_rank: bool, fmt: str) -> int:
@@ -80,7 +83,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
     except ValueError as error:
         raise UsageError(str(error)) from None
     title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"
-    write_table(table, title, fmt)
+    write_table(table, title, fmt, sort=SORT_COLUMN[by])
 
 
 def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,
@@ -97,4 +100,4 @@ def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | 
         raise UsageError(str(error)) from None
     title = (f"{loaded.path.name}: op view by {by}, value (this row and below %, own %) "
              f"({loaded.status})")
-    write_op_view(table, title, fmt)
+    write_op_view(table, title, fmt, by=by)

@@ -10,6 +10,7 @@ import pandas as pd
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
 from dlprof.viewers.terminal import short_name, write_table
 
@@ -43,6 +44,7 @@ _BASIS_WORDS = {
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
