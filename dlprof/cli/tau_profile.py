@@ -16,7 +16,8 @@ pprof tool prints it; for Google's pprof format: dlprof export -o prof.pb.gz).
 
 One table per thread or GPU stream (NODE is the rank, THREAD the track's index within it): each
 name's exclusive and inclusive time, calls, direct child calls and inclusive time per call,
-sorted by inclusive time. With several threads, TAU's total and mean summaries follow.
+sorted by inclusive time. With several threads, TAU's total and mean summaries follow. To fit
+the terminal, #Subrs and then the inclusive time per call go first (--wide keeps them).
 
 RUN is a run directory; by default the newest under ./dlprof-runs.
 
@@ -25,7 +26,7 @@ Examples:
   dlprof pprof                      # newest run, every rank and thread
   dlprof pprof RUN --rank 1         # only rank 1 (TAU's node 1)
   dlprof pprof RUN --limit 20       # 20 rows per table, the rest as -others-
-  dlprof pprof RUN | less -S        # long names, long tables
+  dlprof pprof RUN --wide | less -S # TAU's whole layout, whole names
   dlprof pprof RUN --engine spark   # computed by Apache Spark
 """
 
