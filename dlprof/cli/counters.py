@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from collections.abc import Callable
 from dataclasses import asdict
 
 import click
-from rich.text import Text
 
 from dlprof.cli.table_options import wide_option
 from dlprof.collectors.counters import backend_status, papi_events
 from dlprof.support.perf_event import CounterInfo, available_events
 from dlprof.viewers.fit import Column, print_columns
-from dlprof.viewers.screen import printable, table_width
+from dlprof.viewers.screen import wrapped
 
 HELP = """List the counters dlprof can count on this machine, per backend.
 
@@ -48,11 +46,9 @@ def command(fmt: str) -> int:
         return 0
     title = "CPU counters (dlprof run --counters NAME,...; any PAPI_* preset)"
     print_columns(_columns(events), title, sys.stdout)
-    width = table_width(sys.stdout)
     for backend in backends:
         if not backend.available or backend.reason:
-            line = printable(f"{backend.name}: {backend.reason}")
-            print("\n".join(textwrap.wrap(line, width, subsequent_indent="  ")) if width else line)
+            print(wrapped(f"{backend.name}: {backend.reason}", sys.stdout, indent="  "))
     return 0
 
 
@@ -74,5 +70,5 @@ def _columns(events: list[CounterInfo]) -> list[Column]:
     """The table's columns in the order shown, each with its priority."""
     priority = {header: rank for rank, (header, _, _) in enumerate(_COLUMNS)}
     cell = {header: (value, text) for header, value, text in _COLUMNS}
-    return [Column(header, [Text(cell[header][0](event)) for event in events], text=cell[header][1],
+    return [Column(header, [cell[header][0](event) for event in events], text=cell[header][1],
                    priority=priority[header], wrap=header in _PROSE) for header in _SHOWN_ORDER]

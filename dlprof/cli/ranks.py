@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 import pandas as pd
 
@@ -11,6 +13,7 @@ from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
+from dlprof.viewers.screen import wrapped
 from dlprof.viewers.terminal import readable_columns, short_name, write_table
 
 HELP = f"""Compare the ranks of a distributed run: step times, compute against communication
@@ -88,8 +91,8 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
     late = stragglers(loaded, threshold)
     if late.empty:
         counted = f"{_count(int(summary['steps'].max()), 'step')}, {_count(len(summary), 'rank')}"
-        print(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median step "
-              f"time ({counted}).")
+        print(wrapped(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median "
+                      f"step time ({counted}).", sys.stdout))
         return
     write_table(_late_view(late), f"{name}: stragglers (lag over {threshold:g}% of the median step time)",
                 fmt, keep=_LATE_KEPT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import click
 import pandas as pd
@@ -13,7 +12,7 @@ from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
 from dlprof.cli.table_options import wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
-from dlprof.viewers.screen import printable, table_width
+from dlprof.viewers.screen import printable, table_width, wrapped
 from dlprof.viewers.terminal import short_name, write_table
 
 HELP = """Rank a run's kernels by how much tuning them may gain, and say why.
@@ -88,5 +87,4 @@ def _write_reasons(table: pd.DataFrame) -> None:
     for rank, name, reasons in zip(table["rank"], table["name"], table["reasons"], strict=True):
         click.echo(printable(f"{rank:>4}  {short_name(str(name), width - 6) if width else name}"))
         for reason in reasons:
-            line = printable(f"        - {reason}")
-            click.echo("\n".join(textwrap.wrap(line, width, subsequent_indent=" " * 10)) if width else line)
+            click.echo(wrapped(f"        - {reason}", sys.stdout, indent=" " * 10))

@@ -61,47 +61,44 @@ def _columns(rows: pd.DataFrame, label: str) -> list[Column]:
     """The columns of a table of diff rows; ``label`` is the column that names each row."""
     flagged = rows["regressed"].tolist() if "regressed" in rows else [False] * len(rows)
     signs = rows["delta_ns"].tolist()
-    columns: list[tuple[str, list[Text]]] = []
+    plain = [""] * len(rows)
+    changed = [SLOWER if sign > 0 else FASTER if sign < 0 else "" for sign in signs]
+    # (header, cells, styles)
+    columns: list[tuple[str, list[str], list[str]]] = []
     if any(flagged):
-        columns.append(("!", [Text("!" if f else "", style="bold red") for f in flagged]))
-    columns.append((label.capitalize(), _plain([str(v) for v in rows[label]])))
-    columns.append(("Calls A", _plain(_calls(rows["calls_a"]))))
-    columns.append(("Calls B", _plain(_calls(rows["calls_b"]))))
+        columns.append(("!", ["!" if f else "" for f in flagged], ["bold red"] * len(rows)))
+    columns.append((label.capitalize(), [str(v) for v in rows[label]], plain))
+    columns.append(("Calls A", _calls(rows["calls_a"]), plain))
+    columns.append(("Calls B", _calls(rows["calls_b"]), plain))
     times = readable_columns(rows, [], [_TIMES] + ([_AVERAGES] if label == "name" else []))
     for header, cells in times.items():
-        changing = header.startswith("Change")
-        columns.append((str(header), [_signed(c, s) for c, s in zip(cells, signs, strict=True)] if changing
-                        else _plain(cells.tolist())))
-        if changing:
-            percents = [
-                _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
-                for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
-            ]
-            columns.append(("Change %", [_signed(c, s) for c, s in zip(percents, signs, strict=True)]))
+        if not header.startswith("Change"):
+            columns.append((str(header), cells.tolist(), plain))
+            continue
+        columns.append((str(header), [_signed(c, s) for c, s in zip(cells, signs, strict=True)], changed))
+        percents = [
+            _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
+            for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
+        ]
+        columns.append(("Change %", percents, changed))
     if label == "name":
-        columns.append(("Share A %", _plain([f"{v:.1f}" for v in rows["share_a_pct"]])))
-        columns.append(("Share B %", _plain([f"{v:.1f}" for v in rows["share_b_pct"]])))
+        columns.append(("Share A %", [f"{v:.1f}" for v in rows["share_a_pct"]], plain))
+        columns.append(("Share B %", [f"{v:.1f}" for v in rows["share_b_pct"]], plain))
     return [Column(header, cells, text=header == label.capitalize(), priority=_priority(header),
-                   shorten=short_name) for header, cells in columns]
+                   shorten=short_name, styles=styles) for header, cells, styles in columns]
 
 
 def _priority(header: str) -> int:
     bare = header.rpartition(" (")[0] or header
     return _KEEP_ORDER.index(bare) if bare in _KEEP_ORDER else len(_KEEP_ORDER)
+
+
 def _calls(values: pd.Series) -> list[str]:
     """Whole counts as they are; per-step counts, which can be fractions, to two places."""
     whole = bool((values == values.round()).all())
     return [f"{v:,.0f}" if whole else f"{v:,.2f}" for v in values]
 
 
-def _plain(cells: list[str]) -> list[Text]:
-    # Text, not str: a name such as "[red]" is shown as written, never as markup.
-    return [Text(cell) for cell in cells]
-
-
-def _signed(cell: str, sign: float) -> Text:
-    """A change: ``+`` and red when B is slower, green when faster."""
-    if sign > 0:
-        signed = f"+{cell}" if cell[:1].isdigit() else cell
-        return Text(signed, style=SLOWER)
-    return Text(cell, style=FASTER if sign < 0 else "")
+def _signed(cell: str, sign: float) -> str:
+    """A change with ``+`` when B is slower."""
+    return f"+{cell}" if sign > 0 and cell[:1].isdigit() else cell

@@ -52,25 +52,28 @@ class Column:
 
     Attributes:
         header: the header, with its unit.
-        cells: the cells, styled as they are to be shown.
+        cells: the cells as text, as the data has them (made printable when shown: rich's
+            ``Text`` would silently drop some control characters, BEL among them).
         text: left-aligned text that may be shortened to fit (names); numbers are never cut.
         priority: the lower, the longer the column stays as the width shrinks.
         shorten: how a text cell is cut to a width (the middle, by default).
         wrap: prose (a description, a reason): its cells wrap onto more lines instead of being cut.
         width: the width fitted, for a column that wraps (set by :func:`fit_columns`).
+        styles: each cell's rich style (none by default).
     """
 
     header: str
-    cells: list[Text]
+    cells: list[str]
     text: bool = False
     priority: int = 0
     shorten: Callable[[str, int], str] = field(default=cut_middle, compare=False)
     wrap: bool = False
     width: int | None = None
+    styles: list[str] | None = None
 
     def natural_width(self) -> int:
         """The width that shows the header and every cell whole."""
-        return max([cell_len(self.header), *(cell_len(cell.plain) for cell in self.cells)])
+        return max([cell_len(self.header), *(cell_len(cell) for cell in self.cells)])
 
 
 def fit_columns(columns: list[Column], width: int | None) -> tuple[list[Column], list[str]]:
@@ -118,15 +121,13 @@ def _shortened(column: Column, width: int) -> Column:
         return column
     if column.wrap:
         return replace(column, width=width)
-    cells = [cell if cell_len(cell.plain) <= width else Text(column.shorten(cell.plain, width), style=cell.style)
-             for cell in column.cells]
+    cells = [cell if cell_len(cell) <= width else column.shorten(cell, width) for cell in column.cells]
     return replace(column, cells=cells)
 
 
 def printable_column(column: Column) -> Column:
     """The column with its header and cells made printable (and so measured as shown)."""
-    cells = [Text(printable(cell.plain), style=cell.style) for cell in column.cells]
-    return replace(column, header=printable(column.header), cells=cells)
+    return replace(column, header=printable(column.header), cells=[printable(cell) for cell in column.cells])
 
 
 def rich_table(columns: list[Column], title: str) -> Table:
@@ -136,7 +137,9 @@ def rich_table(columns: list[Column], title: str) -> Table:
     for column in columns:
         table.add_column(Text(column.header), justify="left" if column.text else "right", width=column.width,
                          no_wrap=not column.wrap, overflow="fold" if column.wrap else "ellipsis")
-    for row in zip(*(column.cells for column in columns), strict=True):
+    styled = [[Text(cell, style=style) for cell, style in zip(c.cells, c.styles or [""] * len(c.cells), strict=True)]
+              for c in columns]
+    for row in zip(*styled, strict=True):
         table.add_row(*row)
     return table
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from typing import TextIO
 
 # The width of a table written to a pipe or a file when $COLUMNS is not set.
@@ -73,6 +74,22 @@ def table_width(stream: TextIO) -> int | None:
         except (OSError, ValueError, io.UnsupportedOperation):
             pass
     return PIPED_WIDTH
+
+
+def wrapped(text: str, stream: TextIO, indent: str = "") -> str:
+    """A line of prose for ``stream``: made printable and wrapped to its table width.
+
+    Args:
+        text: the line.
+        stream: where it goes (its width, as tables fit it; no wrapping with ``--wide``).
+        indent: what the lines after the first begin with.
+
+    Returns:
+        The text, its lines joined by newlines.
+    """
+    width = table_width(stream)
+    line = printable(text)
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent)) if width else line
 
 
 def printable(text: str) -> str:

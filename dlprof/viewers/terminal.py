@@ -23,8 +23,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
-from rich.text import Text
-
 from dlprof.engine.rows import Rows
 from dlprof.keys import NANOSECOND_COUNTERS, TableFormat
 from dlprof.viewers.fit import Column, cut_middle, print_columns
@@ -276,7 +274,7 @@ def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = No
     for name in names:
         header, cells = format_column(name, values[name], unit=unit if is_time_column(name) else None)
         text = name in _TEXT_COLUMNS
-        columns.append(Column(header, [Text(cell) for cell in cells], text=text, priority=order.index(name),
+        columns.append(Column(header, cells, text=text, priority=order.index(name),
                               shorten=short_name if name == "name" else cut_middle))
     print_columns(columns, title, stream)
 
