@@ -48,11 +48,6 @@ def set_wide(wide: bool) -> None:
     _Layout.wide = wide
 
 
-def is_wide() -> bool:
-    """Whether ``--wide`` was asked for."""
-    return _Layout.wide
-
-
 def table_width(stream: TextIO) -> int | None:
     """The width a table printed to ``stream`` must fit.
 
