@@ -41,6 +41,11 @@ PROFILER_RANGE = "cuda_profiler_range"
 THROTTLE_CALLS = 100_000
 THROTTLE_PER_CALL_NS = 10_000
 
+# CPU counter metrics that count nanoseconds (perf's software clocks, unit "ns" in
+# dlprof/support/perf_event.py); every other counter metric counts events. Tables show these
+# in the table's time unit.
+NANOSECOND_COUNTERS = frozenset({"perf:task-clock", "perf:cpu-clock"})
+
 # When two slices start together and last as long, the outer one is the one that comes first here.
 NESTING_ORDER: dict[str, int] = {
     Kind.STEP: 0,

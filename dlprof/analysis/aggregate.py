@@ -40,7 +40,8 @@ COUNTER_METRIC_PREFIXES = ("perf:", "papi:")
 PER_RANK_COLUMNS = ["rank_min_ns", "rank_median_ns", "rank_max_ns", "max_rank"]
 UNATTRIBUTED = "(no launching op)"
 
-_SORT_COLUMN = {
+# The column each sort key orders rows by (tables keep it however narrow the terminal).
+SORT_COLUMN = {
     SortKey.MICROS: "total_ns",
     SortKey.SELF: "self_ns",
     SortKey.CALLS: "calls",
@@ -178,7 +179,7 @@ def top_rows(
     for row in table:
         row["avg_ns"] = row["total_ns"] // max(row["calls"], 1)
         row["self_pct"] = 100.0 * row["self_ns"] / all_self if all_self else 0.0
-    sort_column = _SORT_COLUMN[by]
+    sort_column = SORT_COLUMN[by]
     table.sort(key=lambda row: tuple(row[k] for k in keys[1:]))
     table.sort(key=lambda row: row["name"])
     table.sort(key=lambda row: row[sort_column], reverse=True)

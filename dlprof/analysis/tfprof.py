@@ -40,7 +40,8 @@ from dlprof.store.reader import Run
 # The measures of the op view, in tfprof's column order; each also gets *_pct and *_cum_pct.
 MEASURES = ("bytes", "total_ns", "device_ns", "cpu_ns", "occurrence", "flops")
 
-_SORT_COLUMN = {
+# The measure each sort key orders op types by.
+SORT_COLUMN = {
     SortKey.MICROS: "total_ns",
     SortKey.SELF: "cpu_ns",  # an op type's own time: its ops less the ops nested in them
     SortKey.CALLS: "occurrence",
@@ -148,7 +149,7 @@ def op_view(run: Run, by: SortKey = SortKey.MICROS, limit: int | None = None,
     if table.empty:
         return pd.DataFrame(columns=OP_VIEW_COLUMNS)
     table = table.astype({m: "int64" for m in MEASURES})
-    table = table.sort_values([_SORT_COLUMN[by], "name"], ascending=[False, True],
+    table = table.sort_values([SORT_COLUMN[by], "name"], ascending=[False, True],
                               kind="stable").reset_index(drop=True)
     for measure in MEASURES:
         share, cumulative = percent_columns(measure)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from dlprof.cli.table_options import wide_option
 from dlprof.collectors.counters import backend_status, papi_events
-from dlprof.support.perf_event import available_events
+from dlprof.support.perf_event import CounterInfo, available_events
+from dlprof.viewers.fit import Column, print_columns
+from dlprof.viewers.screen import wrapped
 
 HELP = """List the counters dlprof can count on this machine, per backend.
 
@@ -24,6 +24,7 @@ Count them per step and region with `dlprof run --counters NAME,...`.
 \b
 Examples:
   dlprof counters
+  dlprof counters --wide           # descriptions and reasons whole
   dlprof counters --format json
   dlprof run --counters task-clock,page-faults train.py
 """
@@ -32,6 +33,7 @@ Examples:
 @click.command("counters", help=HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False),
               default="table", show_default=True, help="Table for a person, JSON for a script.")
+@wide_option
 def command(fmt: str) -> int:
     events = available_events() + papi_events()
     backends = backend_status()
@@ -42,16 +44,31 @@ def command(fmt: str) -> int:
         }
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
         return 0
-    table = Table(title=Text("CPU counters (dlprof run --counters NAME,...; any PAPI_* preset)"), title_justify="left",
-                  header_style="bold", box=box.SIMPLE_HEAD)
-    for header in ("Name", "Backend", "Unit", "Available", "Description", "Why not"):
-        table.add_column(header)
-    for event in events:
-        cells = (event.name, event.backend, event.unit, "yes" if event.available else "no",
-                 event.description, event.reason)
-        table.add_row(*(Text(cell) for cell in cells))
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+    title = "CPU counters (dlprof run --counters NAME,...; any PAPI_* preset)"
+    print_columns(_columns(events), title, sys.stdout)
     for backend in backends:
         if not backend.available or backend.reason:
-            print(f"{backend.name}: {backend.reason}")
+            print(wrapped(f"{backend.name}: {backend.reason}", sys.stdout, indent="  "))
     return 0
+
+
+# (header, what a cell shows, whether it is text to shorten); a narrow terminal keeps the
+# first ones: what can be counted, then why not, then the rest.
+_COLUMNS: list[tuple[str, Callable[[CounterInfo], str], bool]] = [
+    ("Name", lambda e: e.name, True),
+    ("Available", lambda e: "yes" if e.available else "no", False),
+    ("Unit", lambda e: e.unit, False),
+    ("Why not", lambda e: e.reason, True),
+    ("Description", lambda e: e.description, True),
+    ("Backend", lambda e: e.backend, False),
+]
+_PROSE = frozenset({"Why not", "Description"})
+_SHOWN_ORDER = ["Name", "Backend", "Unit", "Available", "Description", "Why not"]
+
+
+def _columns(events: list[CounterInfo]) -> list[Column]:
+    """The table's columns in the order shown, each with its priority."""
+    priority = {header: rank for rank, (header, _, _) in enumerate(_COLUMNS)}
+    cell = {header: (value, text) for header, value, text in _COLUMNS}
+    return [Column(header, [cell[header][0](event) for event in events], text=cell[header][1],
+                   priority=priority[header], wrap=header in _PROSE) for header in _SHOWN_ORDER]

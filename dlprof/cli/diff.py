@@ -20,10 +20,12 @@ from dlprof.analysis.diff import (
     work_steps,
 )
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import render_diff
-from dlprof.viewers.terminal import format_column, short_name, write_table
+from dlprof.viewers.screen import printable
+from dlprof.viewers.terminal import short_name, time_text, time_unit, write_table
 
 HELP = """Compare two runs op by op and kernel by kernel: calls, time, average time per call
 and share of each name in A and in B, and the change, largest first; names new in B or gone
@@ -60,6 +62,7 @@ Examples:
   dlprof diff a b --rank 0                        # rank 0 of both runs
   dlprof diff a b --rank 3:1                      # rank 3 of A against rank 1 of B
   dlprof diff base new --fail-above 5 --min-time 200us   # CI: fail on a >5% slowdown
+  dlprof diff before after --wide                 # every column and whole names
   dlprof diff before after --format json          # every column, for scripts
 """
 
@@ -101,6 +104,7 @@ class Duration(click.ParamType[int]):
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or every column as CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, rank_text: str | None,
             fail_above: float | None, min_ns: int, limit: int, fmt: str) -> int:
@@ -180,8 +184,10 @@ def _report_gate(table: pd.DataFrame, above_pct: float, min_ns: int, basis: Diff
     for row in found.itertuples():
         what = f"{row.kind} total" if row.status == Change.TOTAL else f"{row.kind} {short_name(str(row.name))}"
         growth = "new" if row.status == Change.NEW else f"{row.delta_pct:+.1f}%"
-        print(f"  {what}: {_time_text(row.time_a_ns)} -> {_time_text(row.time_b_ns)}{per} ({growth})",
-              file=sys.stderr)
+        # One unit for both sides: "7,923.444 us -> 12.865 ms" reads as a drop.
+        unit = time_unit([row.time_a_ns, row.time_b_ns])
+        print(printable(f"  {what}: {time_text(row.time_a_ns, unit)} -> {time_text(row.time_b_ns, unit)}{per} "
+                        f"({growth})"), file=sys.stderr)
     return 1
 
 
@@ -192,11 +198,4 @@ def _floor_text(ns: int) -> str:
             return f"{ns / _UNITS_NS[unit]:g} {unit}"
     return f"{ns} ns"
 
-
-def _time_text(ns: float) -> str:
-    """A time with its unit, as the tables write it."""
-    if not ns:
-        return "0"
-    header, (cell,) = format_column("time_ns", pd.Series([ns]))
-    return f"{cell} {header.rpartition('(')[2].rstrip(')')}"
 

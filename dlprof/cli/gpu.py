@@ -6,6 +6,7 @@ import click
 
 from dlprof.analysis.gpu import ALL, gpu_breakdown
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -56,6 +57,7 @@ _DELAY_COLUMNS = [
     show_default=True,
     help="Tables for a person, or every column as CSV or JSON for a script.",
 )
+@wide_option
 @engine_option
 def command(run: str | None, rank: int | None, fmt: str) -> int:
     loaded = open_run(run)

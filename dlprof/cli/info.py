@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -16,10 +17,12 @@ from rich.text import Text
 
 from dlprof.cli.common import open_run, run_argument
 from dlprof.cli.ls import human_duration, human_size
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS, RunStatus
 from dlprof.store.catalog import event_count, run_size, script_of
 from dlprof.store.manifest import NESTING_CHANGES
 from dlprof.store.reader import Run
+from dlprof.viewers.screen import printable, table_width
 
 HELP = """Show what a run is: status, command, times, host, devices, collectors, clocks, counts.
 
@@ -30,8 +33,12 @@ manifest (run.json) as written, plus "path" and "effective_status" (what dlprof 
 \b
 Examples:
   dlprof info                      # newest run
+  dlprof info RUN --wide           # long lines whole, however wide
   dlprof info RUN --format json    # for scripts
 """
+
+# A console width no line of the summary reaches (--wide).
+_UNLIMITED = 10_000
 
 _STATUS_STYLE = {
     RunStatus.COMPLETE: "green",
@@ -46,6 +53,7 @@ _STATUS_STYLE = {
 @run_argument
 @click.option("--format", "fmt", type=click.Choice(["text", "json"], case_sensitive=False),
               default="text", show_default=True, help="A summary for a person, or the manifest as JSON.")
+@wide_option
 def command(run: str | None, fmt: str) -> int:
     loaded = open_run(run)
     if fmt == "json":
@@ -53,9 +61,8 @@ def command(run: str | None, fmt: str) -> int:
         data.update(path=str(loaded.path), effective_status=str(loaded.status))
         click.echo(json.dumps(data, indent=2))
     else:
-        # Off a terminal nothing limits the width, as for the other tables: keep lines whole.
-        console = Console(highlight=False)
-        print_info(loaded, console if console.is_terminal else Console(highlight=False, width=160))
+        # The width every table fits ($COLUMNS, the terminal's, 80 piped); --wide: no limit.
+        print_info(loaded, Console(highlight=False, width=table_width(sys.stdout) or _UNLIMITED))
     return 0
 
 
@@ -71,33 +78,33 @@ def print_info(run: Run, console: Console) -> None:
     facts.add_column(style="bold", no_wrap=True)
     facts.add_column()
     # Text everywhere: names and commands are shown as written, never read as rich markup.
-    facts.add_row("run", Text(manifest.name))
-    facts.add_row("path", Text(str(run.path)))
+    facts.add_row("run", _shown(manifest.name))
+    facts.add_row("path", _shown(str(run.path)))
     facts.add_row("status", _status(run))
-    facts.add_row("command", Text(shlex.join(manifest.command)))
-    facts.add_row("script", Text(script_of(manifest.command)))
-    facts.add_row("started", Text(_time(manifest.start_ns)))
-    facts.add_row("ended", Text(_time(manifest.end_ns)))
-    facts.add_row("duration", Text(human_duration(manifest.duration_ns) if manifest.duration_ns else "-"))
-    facts.add_row("host", Text(_host(run)))
-    facts.add_row("devices", Text(_devices(manifest.devices)))
+    facts.add_row("command", _shown(shlex.join(manifest.command)))
+    facts.add_row("script", _shown(script_of(manifest.command)))
+    facts.add_row("started", _shown(_time(manifest.start_ns)))
+    facts.add_row("ended", _shown(_time(manifest.end_ns)))
+    facts.add_row("duration", _shown(human_duration(manifest.duration_ns) if manifest.duration_ns else "-"))
+    facts.add_row("host", _shown(_host(run)))
+    facts.add_row("devices", _shown(_devices(manifest.devices)))
     ranks = ", ".join(str(r) for r in manifest.ranks) or "-"
-    facts.add_row("ranks", Text(f"{ranks} (world size {manifest.world_size})"))
-    facts.add_row("schedule", Text(manifest.schedule or "every step"))
+    facts.add_row("ranks", _shown(f"{ranks} (world size {manifest.world_size})"))
+    facts.add_row("schedule", _shown(manifest.schedule or "every step"))
     events = event_count(run)
-    facts.add_row("events", Text("unknown" if events is None else f"{events:,}"))
-    facts.add_row("on disk", Text(human_size(run_size(run.path))))
+    facts.add_row("events", _shown("unknown" if events is None else f"{events:,}"))
+    facts.add_row("on disk", _shown(human_size(run_size(run.path))))
     normalised = "; ".join(f"{v:,} {NESTING_CHANGES.get(k, k.replace('_', ' '))}"
                            for k, v in manifest.normalised.items())
-    facts.add_row("normalised", Text(normalised or "nothing changed: every slice as recorded"))
+    facts.add_row("normalised", _shown(normalised or "nothing changed: every slice as recorded"))
     if manifest.saving:
-        facts.add_row("saved", Text(_saving(manifest.saving)))
+        facts.add_row("saved", _shown(_saving(manifest.saving)))
     for name, throttled in manifest.saving.get("throttled", {}).items():
-        facts.add_row("throttled", Text(f"{name}: {throttled['calls']:,} later calls counted, not traced "
+        facts.add_row("throttled", _shown(f"{name}: {throttled['calls']:,} later calls counted, not traced "
                                         f"(more than {THROTTLE_CALLS:,} calls at under "
                                         f"{THROTTLE_PER_CALL_NS // 1000} us each, as TAU throttles)"))
     for note in manifest.notes:
-        facts.add_row("note", Text(note))
+        facts.add_row("note", _shown(note))
     console.print(facts)
     console.print(_collectors(run))
     if manifest.clocks:
@@ -135,8 +142,14 @@ def _status(run: Run) -> Text:
     if manifest.exit_code is not None:
         text.append(f", exit code {manifest.exit_code}")
     if manifest.error:
-        text.append(f": {manifest.error}")
+        text.append(printable(f": {manifest.error}"))
     return text
+
+
+def _shown(text: str) -> Text:
+    """Text from the run as rich shows it: never read as markup, control characters made visible
+    except the line breaks between a cell's lines."""
+    return Text("\n".join(printable(line) for line in text.split("\n")))
 
 
 def _time(ns: int) -> str:
@@ -178,19 +191,19 @@ def _devices(devices: list[dict[str, Any]]) -> str:
 
 
 def _small_table(title: str, *columns: str) -> Table:
-    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(title=_shown(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in columns:
-        table.add_column(Text(column))
+        table.add_column(_shown(column))
     return table
 
 
 def _collectors(run: Run) -> Table:
     table = _small_table("collectors", "name", "version", "active", "notes")
     for collector in run.manifest.collectors:
-        table.add_row(Text(collector.name), Text(collector.version), Text("yes" if collector.active else "no"),
-                      Text("\n".join(collector.notes) or "-"))
+        table.add_row(_shown(collector.name), _shown(collector.version), _shown("yes" if collector.active else "no"),
+                      _shown("\n".join(collector.notes) or "-"))
     if not run.manifest.collectors:
-        table.add_row(Text("none recorded"), Text(""), Text(""), Text(""))
+        table.add_row(_shown("none recorded"), _shown(""), _shown(""), _shown(""))
     return table
 
 
@@ -198,7 +211,7 @@ def _clocks(run: Run) -> Table:
     table = _small_table("clocks", "source", "mapped by", "offset (ns)", "uncertainty (ns)")
     for clock in run.manifest.clocks:
         bounds = f"{clock.bounds_ns[0]:+,} .. {clock.bounds_ns[1]:+,}" if clock.bounds_ns else "-"
-        table.add_row(Text(clock.name), Text(clock.method), Text(f"{clock.offset_ns:,}"), Text(bounds))
+        table.add_row(_shown(clock.name), _shown(clock.method), _shown(f"{clock.offset_ns:,}"), _shown(bounds))
     return table
 
 
@@ -206,5 +219,5 @@ def _counts(counts: dict[str, int]) -> Table:
     table = _small_table("rows per table", "table", "rows")
     table.columns[1].justify = "right"
     for name, rows in counts.items():
-        table.add_row(Text(name), Text(f"{rows:,}"))
+        table.add_row(_shown(name), _shown(f"{rows:,}"))
     return table

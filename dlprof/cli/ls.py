@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from dlprof.cli.table_options import wide_option
 from dlprof.config import RUNS_DIR
 from dlprof.engine.rows import Rows
 from dlprof.keys import TableFormat
@@ -24,6 +25,7 @@ error: a line says so and the exit status is 0 (CSV and JSON print an empty tabl
 Examples:
   dlprof ls                        # ./dlprof-runs
   dlprof ls --dir runs             # another directory of runs
+  dlprof ls --wide                 # every column, however wide
   dlprof ls --format json          # for scripts (times in ns, sizes in bytes)
 """
 
@@ -34,6 +36,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@wide_option
 def command(parent: Path, fmt: str) -> int:
     runs = list_runs(parent)
     table_format = TableFormat(fmt)

@@ -20,6 +20,7 @@ from dlprof.analysis.derived import (
     source_counters,
 )
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -69,6 +70,7 @@ _NAME_SOURCES = ("names are the run's counters, with or without their source pre
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, options: tuple[str, ...], group_by: str, kinds: tuple[str, ...],
             limit: int, list_only: bool, fmt: str) -> int:

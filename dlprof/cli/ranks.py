@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, rank_summary, stragglers
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
+from dlprof.viewers.screen import wrapped
 from dlprof.viewers.terminal import readable_columns, short_name, write_table
 
 HELP = f"""Compare the ranks of a distributed run: step times, compute against communication
@@ -38,6 +42,10 @@ _STEP_TIMES = [("step_median_ns", "Step median"), ("step_max_ns", "Step max")]
 _SHARES = [("compute_pct", "Compute %"), ("comm_pct", "Comm %"), ("overlap_pct", "Overlap %"),
            ("idle_pct", "Idle %")]
 _LAGS = [("step_lag_pct", "Step lag %"), ("arrival_lag_pct", "Arrival lag %")]
+# What a narrow terminal keeps of each table, most important first (the rest go right to left).
+_SUMMARY_KEPT = ("Rank", "On", "Step median", "Comm %", "Overlap %", "Straggler steps", "Max lag %")
+_STEP_KEPT = ("Rank", "On", "Step", "Straggler", "Step time", "Step lag %", "Arrival lag %", "Comm %")
+_LATE_KEPT = ("Step", "Rank", "Latest arrival", "Arrival lag %", "Step lag %")
 
 
 @click.command("ranks", help=HELP)
@@ -49,6 +57,7 @@ _LAGS = [("step_lag_pct", "Step lag %"), ("arrival_lag_pct", "Arrival lag %")]
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or every column as CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, threshold: float, by_step: bool, fmt: str) -> int:
     loaded = open_run(run)
@@ -68,7 +77,7 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
             write_table(steps, "", fmt)
             return
         title = f"{name}: per rank and step (lags against the median over ranks)"
-        write_table(_step_view(steps), title, fmt)
+        write_table(_step_view(steps), title, fmt, keep=_STEP_KEPT)
         return
     summary = rank_summary(loaded, threshold)
     if fmt is not TableFormat.TABLE:
@@ -78,15 +87,15 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
         [("steps", "Steps")], _STEP_TIMES, _SHARES, [("collectives", "Collectives")],
         [("straggler_steps", "Straggler steps")], [("max_lag_pct", "Max lag %")]])
     write_table(shown.rename(columns={"Measured_on": "On"}), f"{name}: per rank (overlap: share of "
-                "communication hidden by compute)", fmt)
+                "communication hidden by compute)", fmt, keep=_SUMMARY_KEPT)
     late = stragglers(loaded, threshold)
     if late.empty:
         counted = f"{_count(int(summary['steps'].max()), 'step')}, {_count(len(summary), 'rank')}"
-        print(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median step "
-              f"time ({counted}).")
+        print(wrapped(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median "
+                      f"step time ({counted}).", sys.stdout))
         return
     write_table(_late_view(late), f"{name}: stragglers (lag over {threshold:g}% of the median step time)",
-                fmt)
+                fmt, keep=_LATE_KEPT)
 
 
 def _count(number: int, noun: str) -> str:

@@ -6,8 +6,9 @@ from enum import StrEnum
 
 import click
 
-from dlprof.analysis.aggregate import kinds_present, top_rows
+from dlprof.analysis.aggregate import SORT_COLUMN, kinds_present, top_rows
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -25,6 +26,7 @@ Examples:
   dlprof top --group-by shape --limit 30 # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
   dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
+  dlprof top RUN --wide                  # every column and whole names, however wide
   dlprof top RUN --format json           # for scripts
   dlprof top RUN --engine spark          # the same table, computed by Apache Spark
 """
@@ -53,6 +55,7 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @click.option("--leaves", is_flag=True, help="Layers (--kind module) with no layer inside them.")
 @click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
               show_default=True, help="Table for a person, CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
             per_rank: bool, within: str | None, leaves: bool, fmt: str) -> int:
@@ -90,7 +93,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         raise UsageError(f"{loaded.path}: no {kind} slices inside a slice named {within!r}")
     where = f" within {within}" if within is not None else ""
     title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({loaded.status})"
-    write_table(table, title, fmt)
+    write_table(table, title, fmt, sort=SORT_COLUMN[by])
 
 
 def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,
@@ -107,4 +110,4 @@ def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | 
         raise UsageError(str(error)) from None
     title = (f"{loaded.path.name}: op view by {by}, value (this row and below %, own %) "
              f"({loaded.status})")
-    write_op_view(table, title, fmt)
+    write_op_view(table, title, fmt, by=by)

@@ -7,6 +7,7 @@ import click
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.trees import tree
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import Kind, TableFormat, TreeView
 from dlprof.store.reader import Run
 from dlprof.viewers.tfprof_text import write_tree
@@ -44,6 +45,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="A drawn tree for a person, CSV or JSON rows for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, view: str, depth: int | None, min_percent: float, rank: int | None,
             fmt: str) -> int:

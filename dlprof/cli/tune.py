@@ -10,7 +10,9 @@ import pandas as pd
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
+from dlprof.viewers.screen import printable, table_width, wrapped
 from dlprof.viewers.terminal import short_name, write_table
 
 HELP = """Rank a run's kernels by how much tuning them may gain, and say why.
@@ -27,6 +29,7 @@ RUN is a run directory; by default the newest under ./dlprof-runs.
 Examples:
   dlprof tune                      # newest run, the 15 best candidates
   dlprof tune RUN --limit 5
+  dlprof tune RUN --wide           # every column and whole names
   dlprof tune RUN --format json    # reasons as lists, for scripts
 """
 
@@ -43,6 +46,7 @@ _BASIS_WORDS = {
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
               default=TableFormat.TABLE.value, show_default=True,
               help="Table for a person, CSV or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
@@ -65,7 +69,8 @@ def command(run: str | None, limit: int, fmt: str) -> int:
     table = found.table
     if table_format is TableFormat.TABLE:
         shown = table.drop(columns=["reasons", "rules"])
-        write_table(shown.assign(score=[f"{s:.3g}" for s in table["score"]]), title, table_format)
+        write_table(shown.assign(score=[f"{s:.3g}" for s in table["score"]]), title, table_format,
+                    sort="score", keep=("rank",))
         _write_reasons(table)
         return 0
     if table_format is TableFormat.CSV:
@@ -76,8 +81,10 @@ def command(run: str | None, limit: int, fmt: str) -> int:
 
 
 def _write_reasons(table: pd.DataFrame) -> None:
-    """Each candidate's reasons under its rank, below the table (a cell would crush them)."""
+    """Each candidate's reasons under its rank, below the table (a cell would crush them),
+    wrapped to the tables' width."""
+    width = table_width(sys.stdout)
     for rank, name, reasons in zip(table["rank"], table["name"], table["reasons"], strict=True):
-        click.echo(f"{rank:>4}  {short_name(str(name))}")
+        click.echo(printable(f"{rank:>4}  {short_name(str(name), width - 6) if width else name}"))
         for reason in reasons:
-            click.echo(f"        - {reason}")
+            click.echo(wrapped(f"        - {reason}", sys.stdout, indent=" " * 10))

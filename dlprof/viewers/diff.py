@@ -4,8 +4,8 @@
 
 Takes a :func:`dlprof.analysis.diff.diff` table (with a ``regressed`` column when a threshold was
 given) and only lays it out: slower in red with a ``+``, faster in green, regressed rows marked
-``!``; names shortened as every terminal table shortens them. Off a terminal the colours go and
-the signs stay.
+``!``; fitted to the terminal as every table is (:mod:`dlprof.viewers.fit`: the name, the
+change and its percentage stay longest). Off a terminal the colours go and the signs stay.
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ import sys
 from typing import TextIO
 
 import pandas as pd
-from rich import box
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from dlprof.analysis.diff import Change, limit_names
+from dlprof.viewers.fit import Column, console_for, print_columns
+from dlprof.viewers.screen import printable, table_width
 from dlprof.viewers.terminal import readable_columns, short_name
 
 SLOWER, FASTER = "red", "green"
 # What the change column says where there is no percentage.
 _NO_PERCENT = {Change.NEW: "new", Change.VANISHED: "gone"}
-# Narrower than other tables' names: a diff has twice the number columns beside them.
-NAME_WIDTH = 80
-
-
 def render_diff(table: pd.DataFrame, heading: str, limit: int | None = None, out: TextIO | None = None) -> None:
     """Print a diff table: a totals table, then the names of each kind by absolute change.
 
@@ -36,14 +31,13 @@ def render_diff(table: pd.DataFrame, heading: str, limit: int | None = None, out
         table: a diff table, optionally with a boolean ``regressed`` column.
         heading: the first line, naming the runs and what the times are per.
         limit: names shown per kind (None: all).
-        out: where to print (stdout by default).
+        out: where to print (stdout by default); its width decides the columns shown.
     """
     stream = out or sys.stdout
-    width = None if stream.isatty() else 220
-    console = Console(file=stream, width=width, highlight=False)
-    console.print(Text(heading, style="bold"))
+    console = console_for(stream, table_width(stream))
+    console.print(Text(printable(heading), style="bold"))
     totals = table[table["status"] == Change.TOTAL]
-    console.print(_table(totals, "Totals", label="kind"))
+    print_columns(_columns(totals, label="kind"), "Totals", stream, console)
     shown = limit_names(table, limit)
     for kind in totals["kind"]:
         names = table[(table["kind"] == kind) & (table["status"] != Change.TOTAL)]
@@ -52,47 +46,51 @@ def render_diff(table: pd.DataFrame, heading: str, limit: int | None = None, out
         gone = int((names["status"] == Change.VANISHED).sum())
         title = (f"{kind}: {len(rows)} of {len(names)} names by absolute change "
                  f"({new} new in B, {gone} gone from A)")
-        console.print(_table(rows, title, label="name"))
+        print_columns(_columns(rows, label="name"), title, stream, console)
 
 
 # Columns whose times share one unit, so that A, B and the change read side by side.
 _TIMES = [("time_a_ns", "Time A"), ("time_b_ns", "Time B"), ("delta_ns", "Change")]
 _AVERAGES = [("avg_a_ns", "Avg A"), ("avg_b_ns", "Avg B")]
+# What a narrow terminal keeps, first to last (headers without their unit); the rest go first.
+_KEEP_ORDER = ("!", "Name", "Kind", "Change", "Change %", "Time A", "Time B", "Share B %", "Avg B", "Avg A",
+               "Calls B", "Calls A", "Share A %")
 
 
-def _table(rows: pd.DataFrame, title: str, label: str) -> Table:
-    """One rich table of diff rows; ``label`` is the column that names each row."""
-    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+def _columns(rows: pd.DataFrame, label: str) -> list[Column]:
+    """The columns of a table of diff rows; ``label`` is the column that names each row."""
     flagged = rows["regressed"].tolist() if "regressed" in rows else [False] * len(rows)
     signs = rows["delta_ns"].tolist()
-    columns: list[tuple[str, list[Text]]] = []
+    plain = [""] * len(rows)
+    changed = [SLOWER if sign > 0 else FASTER if sign < 0 else "" for sign in signs]
+    # (header, cells, styles)
+    columns: list[tuple[str, list[str], list[str]]] = []
     if any(flagged):
-        columns.append(("!", [Text("!" if f else "", style="bold red") for f in flagged]))
-    columns.append((label.capitalize(), _plain([short_name(str(v), NAME_WIDTH) for v in rows[label]])))
-    columns.append(("Calls A", _plain(_calls(rows["calls_a"]))))
-    columns.append(("Calls B", _plain(_calls(rows["calls_b"]))))
+        columns.append(("!", ["!" if f else "" for f in flagged], ["bold red"] * len(rows)))
+    columns.append((label.capitalize(), [str(v) for v in rows[label]], plain))
+    columns.append(("Calls A", _calls(rows["calls_a"]), plain))
+    columns.append(("Calls B", _calls(rows["calls_b"]), plain))
     times = readable_columns(rows, [], [_TIMES] + ([_AVERAGES] if label == "name" else []))
     for header, cells in times.items():
-        changing = header.startswith("Change")
-        columns.append((str(header), [_signed(c, s) for c, s in zip(cells, signs, strict=True)] if changing
-                        else _plain(cells.tolist())))
-        if changing:
-            percents = [
-                _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
-                for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
-            ]
-            columns.append(("Change %", [_signed(c, s) for c, s in zip(percents, signs, strict=True)]))
+        if not header.startswith("Change"):
+            columns.append((str(header), cells.tolist(), plain))
+            continue
+        columns.append((str(header), [_signed(c, s) for c, s in zip(cells, signs, strict=True)], changed))
+        percents = [
+            _NO_PERCENT.get(Change(status), "-") if pd.isna(pct) else f"{pct:+.1f}%"
+            for status, pct in zip(rows["status"], rows["delta_pct"], strict=True)
+        ]
+        columns.append(("Change %", percents, changed))
     if label == "name":
-        columns.append(("Share A %", _plain([f"{v:.1f}" for v in rows["share_a_pct"]])))
-        columns.append(("Share B %", _plain([f"{v:.1f}" for v in rows["share_b_pct"]])))
-    for header, _ in columns:
-        if header == label.capitalize():
-            table.add_column(Text(header), justify="left", overflow="fold", ratio=1, min_width=24)
-        else:
-            table.add_column(Text(header), justify="right", no_wrap=True)
-    for row in zip(*(cells for _, cells in columns), strict=True):
-        table.add_row(*row)
-    return table
+        columns.append(("Share A %", [f"{v:.1f}" for v in rows["share_a_pct"]], plain))
+        columns.append(("Share B %", [f"{v:.1f}" for v in rows["share_b_pct"]], plain))
+    return [Column(header, cells, text=header == label.capitalize(), priority=_priority(header),
+                   shorten=short_name, styles=styles) for header, cells, styles in columns]
+
+
+def _priority(header: str) -> int:
+    bare = header.rpartition(" (")[0] or header
+    return _KEEP_ORDER.index(bare) if bare in _KEEP_ORDER else len(_KEEP_ORDER)
 
 
 def _calls(values: pd.Series) -> list[str]:
@@ -101,14 +99,6 @@ def _calls(values: pd.Series) -> list[str]:
     return [f"{v:,.0f}" if whole else f"{v:,.2f}" for v in values]
 
 
-def _plain(cells: list[str]) -> list[Text]:
-    # Text, not str: a name such as "[red]" is shown as written, never as markup.
-    return [Text(cell) for cell in cells]
-
-
-def _signed(cell: str, sign: float) -> Text:
-    """A change: ``+`` and red when B is slower, green when faster."""
-    if sign > 0:
-        signed = f"+{cell}" if cell[:1].isdigit() else cell
-        return Text(signed, style=SLOWER)
-    return Text(cell, style=FASTER if sign < 0 else "")
+def _signed(cell: str, sign: float) -> str:
+    """A change with ``+`` when B is slower."""
+    return f"+{cell}" if sign > 0 and cell[:1].isdigit() else cell

@@ -11,6 +11,11 @@ per name. Numbers are formatted as TAU's ``pprof`` formats them (its ``PrintFunc
 milliseconds), ``m:ss.mmm`` or ``h:mm:ss.mmm`` past a second, a minute or an hour, and with three
 significant digits below a millisecond; counts with C's ``%G``. With more than one thread, the
 ``FUNCTION SUMMARY (total)`` and ``(mean)`` tables follow, as TAU prints them.
+
+Fitted to the terminal as every table is: when names would get under 30 characters, #Subrs
+and then the inclusive time per call go (a line says so), and names are shortened in the
+middle; ``--wide`` gives TAU's whole layout. Names are made printable (control characters shown
+as symbols), and each thread's wall time is written in one plain unit (``wall 75.412 s``).
 """
 
 from __future__ import annotations
@@ -18,17 +23,32 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 import pandas as pd
 
 from dlprof.analysis.tau_profile import FunctionSummary, ThreadProfile
+from dlprof.viewers.screen import printable, table_width
+from dlprof.viewers.terminal import short_name, time_text
 
 RULE = "-" * 87
 HEADER = (
     "%Time    Exclusive    Inclusive       #Call      #Subrs  Inclusive Name\n"
     "              msec   total msec                          usec/call "
 )
+# HEADER cut at its columns: each column's two header lines, as wide as its cells.
+_HEADER_CELLS = (
+    ("%Time", "     "),
+    ("    Exclusive", "         msec"),
+    ("    Inclusive", "   total msec"),
+    ("       #Call", "            "),
+    ("      #Subrs", "            "),
+    ("  Inclusive", "  usec/call"),
+)
+# What a narrow terminal loses first: direct child calls, then the inclusive time per call.
+_DROP_ORDER = (4, 5)
+# The least width of the names while columns are dropped to fit.
+NAME_FLOOR = 30
 
 _USEC_PER_MSEC = 1e3
 _USEC_PER_SEC = 1e6
@@ -62,6 +82,22 @@ def tau_time(usec: float) -> str:
     return f"         {msec:3d}"
 
 
+def _row_cells(
+    time_pct: float,
+    exclusive_ns: float,
+    inclusive_ns: float,
+    calls: float,
+    subrs: float,
+    inclusive_per_call_ns: float,
+) -> list[str]:
+    """A row's six number cells, each as wide as its column, with the space before it."""
+    if inclusive_ns <= 0:
+        # TAU's own row for a timer that never accumulated time.
+        return ["  0.0", "            0", "            0", f" {calls:11G}", f" {subrs:11G}", "          0"]
+    return [f"{time_pct:5.1f}", f" {tau_time(exclusive_ns / 1e3)}", f" {tau_time(inclusive_ns / 1e3)}",
+            f" {calls:11G}", f" {subrs:11G}", f" {inclusive_per_call_ns / 1e3:10.0f}"]
+
+
 def format_row(
     time_pct: float,
     exclusive_ns: float,
@@ -85,46 +121,63 @@ def format_row(
     Returns:
         The row, without a newline.
     """
-    if inclusive_ns <= 0:
-        # TAU's own row for a timer that never accumulated time.
-        return f"  0.0            0            0 {calls:11G} {subrs:11G}          0 {name}"
-    exclusive = tau_time(exclusive_ns / 1e3)
-    inclusive = tau_time(inclusive_ns / 1e3)
-    per_call = inclusive_per_call_ns / 1e3
-    return (
-        f"{time_pct:5.1f} {exclusive} {inclusive} {calls:11G} {subrs:11G} {per_call:10.0f} {name}"
-    )
+    cells = _row_cells(time_pct, exclusive_ns, inclusive_ns, calls, subrs, inclusive_per_call_ns)
+    return "".join(cells) + f" {name}"
 
 
-def format_table(functions: pd.DataFrame) -> list[str]:
-    """A TAU profile table's rules, header and rows, as lines."""
-    lines = [RULE, *HEADER.splitlines(), RULE]
+class Fit(NamedTuple):
+    """Which of TAU's columns a width leaves, and how wide the names may be."""
+
+    columns: tuple[int, ...]
+    name_width: int | None
+
+
+def fit(width: int | None, longest_name: int = NAME_FLOOR) -> Fit:
+    """TAU's columns that fit ``width``: #Subrs, then inclusive usec/call, go when names would
+    get less than :data:`NAME_FLOOR` characters (or than the longest name, if shorter); None
+    keeps them all and names whole."""
+    shown = list(range(len(_HEADER_CELLS)))
+    if width is None:
+        return Fit(tuple(shown), None)
+    floor = min(longest_name, NAME_FLOOR)
+    for dropped in _DROP_ORDER:
+        if width - _cells_width(shown) - 1 >= floor:
+            break
+        shown.remove(dropped)
+    return Fit(tuple(shown), max(width - _cells_width(shown) - 1, floor))
+
+
+def _cells_width(shown: list[int]) -> int:
+    return sum(len(_HEADER_CELLS[i][0]) for i in shown)
+
+
+def format_table(functions: pd.DataFrame, fitted: Fit | None = None) -> list[str]:
+    """A TAU profile table's rules, header and rows, as lines, with the columns ``fitted`` keeps
+    (all of them, names whole, by default)."""
+    fitted = fitted or fit(None)
+    first, second = ("".join(_HEADER_CELLS[i][line] for i in fitted.columns) for line in (0, 1))
+    rule = RULE if fitted.name_width is None else RULE[: len(first) + 1 + fitted.name_width]
+    lines = [rule, f"{first} Name", f"{second} ", rule]
     for row in functions.itertuples(index=False):
-        lines.append(
-            format_row(
-                float(row.time_pct),
-                float(row.exclusive_ns),
-                float(row.inclusive_ns),
-                float(row.calls),
-                float(row.subrs),
-                float(row.inclusive_per_call_ns),
-                str(row.name),
-            )
-        )
+        cells = _row_cells(float(row.time_pct), float(row.exclusive_ns), float(row.inclusive_ns), float(row.calls),
+                           float(row.subrs), float(row.inclusive_per_call_ns))
+        name = str(row.name) if fitted.name_width is None else short_name(str(row.name), fitted.name_width)
+        lines.append("".join(cells[i] for i in fitted.columns) + f" {printable(name)}")
     return lines
 
 
 def thread_note(profile: ThreadProfile) -> str:
     """The line under a thread's header naming what TAU's thread number stands for here."""
     track = f"tid {profile.tid}" if profile.device == "cpu" else f"stream {profile.tid}"
-    wall = tau_time(profile.wall_ns / 1e3).strip()
-    return f"(rank {profile.rank}, pid {profile.pid}, {track}, {profile.device}; wall {wall} msec)"
+    # The wall time in one plain unit (TAU's own "1:15.412" reads as minutes, not msec).
+    return f"(rank {profile.rank}, pid {profile.pid}, {track}, {profile.device}; wall {time_text(profile.wall_ns)})"
 
 
 def format_tau_profile(
     profiles: Iterable[ThreadProfile],
     summaries: Iterable[FunctionSummary] = (),
     title: str = "",
+    width: int | None = None,
 ) -> str:
     """Every thread's block, then the summaries when there is more than one thread.
 
@@ -132,20 +185,29 @@ def format_tau_profile(
         profiles: the thread profiles, already cut to the rows to show.
         summaries: the total and mean over threads; ignored for a single thread, as TAU does.
         title: a first line (TAU prints the files it read there); none when empty.
+        width: the width to fit (lesser columns go, names are shortened); None for TAU's
+            whole layout and whole names.
 
     Returns:
-        The text, ending with a newline.
+        The text, ending with a newline; every name made printable.
     """
     blocks = list(profiles)
-    lines = [title] if title else []
+    totals = list(summaries) if len(blocks) > 1 else []
+    tables = [p.functions for p in blocks] + [s.functions for s in totals]
+    fitted = fit(width, max((len(str(name)) for table in tables for name in table["name"]), default=0))
+    lines = [printable(title)] if title else []
+    hidden = [" ".join(" ".join(_HEADER_CELLS[i]).split()) for i in range(len(_HEADER_CELLS))
+              if i not in fitted.columns]
+    if hidden:
+        lines.append(f"({', '.join(hidden)} hidden to fit {width} columns; --wide shows them)")
     for profile in blocks:
         lines += ["", f"NODE {profile.rank};CONTEXT 0;THREAD {profile.thread}:"]
-        lines.append(thread_note(profile))
-        lines += format_table(profile.functions)
-    if len(blocks) > 1:
-        for summary in summaries:
+        lines.append(printable(thread_note(profile)))
+        lines += format_table(profile.functions, fitted)
+    if totals:
+        for summary in totals:
             lines += ["", f"FUNCTION SUMMARY ({summary.kind}):"]
-            lines += format_table(summary.functions)
+            lines += format_table(summary.functions, fitted)
     return "\n".join(lines) + "\n"
 
 
@@ -155,5 +217,7 @@ def write_tau_profile(
     title: str = "",
     out: TextIO | None = None,
 ) -> None:
-    """Print :func:`format_tau_profile`'s text to ``out`` (standard output by default)."""
-    (out or sys.stdout).write(format_tau_profile(profiles, summaries, title))
+    """Print :func:`format_tau_profile`'s text to ``out`` (standard output by default), fitted
+    to its width."""
+    stream = out or sys.stdout
+    stream.write(format_tau_profile(profiles, summaries, title, table_width(stream)))

@@ -2,6 +2,15 @@
 
 A table is a pandas DataFrame or, where a command avoids loading pandas (``dlprof top``,
 ``dlprof ls``), :class:`dlprof.engine.rows.Rows`; both print alike.
+
+For a person (:func:`render_table`): every time column of a table shares one unit, chosen from
+the sort column's values (else the first time column's), named in each header; counters that
+count nanoseconds join it, others are counts. The table fits the terminal
+(:mod:`dlprof.viewers.fit`: the name and the sort column stay, lesser columns go first and are
+named under the table, ``--wide`` shows all) and every string from the data is made printable
+(:mod:`dlprof.viewers.screen`). CSV and JSON keep every column and the true names, control
+characters included: they are data for scripts (JSON escapes them; CSV writes them as they are,
+so a CSV shown on a terminal should go through ``cat -v`` or a spreadsheet).
 """
 
 from __future__ import annotations
@@ -12,15 +21,11 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from dlprof.engine.rows import Rows
-from dlprof.keys import TableFormat
+from dlprof.keys import NANOSECOND_COUNTERS, TableFormat
+from dlprof.viewers.fit import Column, cut_middle, print_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +53,24 @@ _HEADERS = {
     "max_rank": "Max rank",
 }
 
+# Which columns a table narrower than its content keeps, after the name, the sort column and
+# the columns a command names: the most useful first (top's, then ls's by their headers).
+# Columns not listed follow in table order.
+_KEEP_ORDER = (
+    "name", "input_shapes", "total_ns", "self_ns", "calls", "device_ns", "self_pct", "avg_ns", "cum_pct",
+    "max_ns", "min_ns", "bytes", "flops", "rank_median_ns", "rank_max_ns", "max_rank", "rank_min_ns",
+    "Status", "Started", "Duration", "Script", "Events", "Size",
+)
+# Left-aligned text, shortened to fit: names, shapes, paths.
+_TEXT_COLUMNS = frozenset({"name", "input_shapes", "Script", "Latest arrival"})
+
+
+class TimeUnit(NamedTuple):
+    """The unit of a table's time columns: nanoseconds per unit, and its symbol."""
+
+    scale: int
+    symbol: str
+
 
 def _missing(value: Any) -> bool:
     """None, NaN, or pandas' NA."""
@@ -64,13 +87,37 @@ def _values(values: Any) -> list[Any]:
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
-def _time_unit(values: Sequence[Any]) -> tuple[int, str]:
+def time_unit(values: Sequence[Any]) -> TimeUnit:
+    """The unit that shows the largest of ``values`` (nanoseconds) as 10 or more, at most seconds.
+
+    Args:
+        values: times in nanoseconds; missing ones are ignored.
+
+    Returns:
+        The unit: 38 ms of largest value gives ms (38.091), 7.9 ms gives us (7,923.444).
+    """
     present = [abs(float(v)) for v in values if not _missing(v)]
     largest = max(present) if present else 0.0
     for scale, unit in _TIME_UNITS:
         if largest >= scale * 10:
-            return scale, unit
-    return 1, "ns"
+            return TimeUnit(scale, unit)
+    return TimeUnit(1, "ns")
+
+
+def format_time(ns: float, unit: TimeUnit) -> str:
+    """A time in ``unit`` with three decimals and thousands separators, without the unit."""
+    return f"{ns / unit.scale:,.3f}"
+
+
+def time_text(ns: float, unit: TimeUnit | None = None) -> str:
+    """A time with its unit (``12.865 ms``), in ``unit`` or in the one that suits it."""
+    chosen = unit or time_unit([ns])
+    return f"{format_time(ns, chosen)} {chosen.symbol}"
+
+
+def is_time_column(name: str) -> bool:
+    """Whether a column holds nanoseconds: ``*_ns`` columns and clock counters."""
+    return name.endswith("_ns") or name in NANOSECOND_COUNTERS
 
 
 def _count(value: float) -> str:
@@ -84,15 +131,16 @@ NAME_WIDTH = 90
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
-    """A long C++ kernel name made readable: parameters, then template arguments, then the tail
-    are dropped until it fits (tables for scripts keep the whole name)."""
+    """A long name made to fit ``width``: a C++ kernel's parameters, then its template
+    arguments are dropped, then the middle of what is left (tables for scripts keep the whole
+    name)."""
     if len(name) <= width:
         return name
     if name.endswith(")") and "(" in name:
         name = name[: _matching_open(name, len(name) - 1, "(", ")")] + "(…)"
     if len(name) > width and "<" in name:
         name = _collapse(name, "<", ">")
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return cut_middle(name, width)
 
 
 def _matching_open(text: str, close: int, opening: str, closing: str) -> int:
@@ -129,23 +177,32 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def format_column(name: str, values: Any, header: str | None = None) -> tuple[str, list[str]]:
+def format_column(name: str, values: Any, header: str | None = None,
+                  unit: TimeUnit | None = None) -> tuple[str, list[str]]:
     """A column's header (``header`` or the column's usual one, with its unit) and its cells as
-    text, in one unit per column."""
+    text, in one unit per column.
+
+    Args:
+        name: the analysis column (``total_ns``, ``perf:page-faults``...).
+        values: its values.
+        header: the header to show instead of the column's usual one.
+        unit: the unit of a time column (by default, the one that suits its values).
+
+    Returns:
+        The header and the cells.
+    """
     header = header or _HEADERS.get(name, name)
     values = _values(values)
-    if name.endswith("_ns"):
-        scale, unit = _time_unit(values)
-        return f"{header} ({unit})", [f"{v / scale:,.3f}" for v in values]
+    if is_time_column(name):
+        unit = unit or time_unit(values)
+        return f"{header} ({unit.symbol})", [format_time(v, unit) for v in values]
     if name.endswith("_pct"):
         return header, [f"{v:.2f}" for v in values]
     if name in ("bytes", "flops"):
         return header, ["" if not v else _count(v) for v in values]
-    if name == "name":
-        return header, [short_name(str(v)) for v in values]
     if ":" in name and values and all(_is_number(v) for v in values):
-        # A metric column (perf:page-faults): exact counts read best with thousands separators.
-        return header, [f"{int(v):,}" for v in values]
+        # A counter metric (perf:page-faults): exact counts read best with thousands separators.
+        return f"{header} (count)", [f"{int(v):,}" for v in values]
     return header, [str(v) for v in values]
 
 
@@ -155,7 +212,9 @@ def readable_columns(table: pd.DataFrame, keys: list[str], groups: list[list[tup
     Args:
         table: the analysis table.
         keys: columns shown as they are, headed by their capitalised name (``rank``, ``step``).
-        groups: lists of (column, header); the times of one group share one unit, in the header.
+        groups: lists of (column, header); columns of one group are shown side by side, and
+            every time column of the table shares one unit, in its header, chosen from the first
+            group holding times.
 
     Returns:
         A frame of text cells, for :func:`write_table`.
@@ -163,24 +222,16 @@ def readable_columns(table: pd.DataFrame, keys: list[str], groups: list[list[tup
     import pandas as pd
 
     shown = {key.capitalize(): table[key].astype(str).tolist() for key in keys}
+    times = [[column for column, _ in group if is_time_column(column)] for group in groups]
+    leading = next((columns for columns in times if columns), [])
+    # Missing cells are shown as "-" below; filled, they cannot upset the choice of unit.
+    unit = time_unit(pd.concat([table[c] for c in leading], ignore_index=True).fillna(0).tolist()) if leading else None
     for group in groups:
-        stacked = pd.concat([table[column] for column, _ in group], ignore_index=True)
-        # Missing cells are shown as "-" below; filled, they cannot upset the choice of unit.
-        viewer_header, cells = format_column(group[0][0], stacked.fillna(0))
-        unit = _unit(group[0][0], viewer_header)
-        for i, (column, header) in enumerate(group):
-            part = cells[i * len(table) : (i + 1) * len(table)]
+        for column, header in group:
+            viewer_header, cells = format_column(column, table[column].fillna(0), header, unit)
             missing = table[column].isna().tolist()
-            shown[f"{header}{unit}"] = ["-" if gone else cell for cell, gone in zip(part, missing, strict=True)]
+            shown[viewer_header] = ["-" if gone else cell for cell, gone in zip(cells, missing, strict=True)]
     return pd.DataFrame(shown)
-
-
-def _unit(column: str, viewer_header: str) -> str:
-    """`` (ms)`` and the like for a time column, taken from the terminal viewer's header."""
-    if not column.endswith("_ns"):
-        return ""
-    _, opened, unit = viewer_header.rpartition(" (")
-    return f" ({unit}" if opened else ""
 
 
 def _columns(frame: pd.DataFrame | Rows) -> tuple[list[str], dict[str, list[Any]]]:
@@ -191,34 +242,58 @@ def _columns(frame: pd.DataFrame | Rows) -> tuple[list[str], dict[str, list[Any]
     return names, {str(c): frame[c].tolist() for c in frame.columns}
 
 
-def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = None) -> None:
-    """Print a table as an aligned table with a title."""
+def _keep_order(names: list[str], first: Sequence[str]) -> list[str]:
+    """The columns from the one to keep longest to the one to drop first; a column named in
+    ``first`` without its unit (``Step median``) stands for its header (``Step median (ms)``)."""
+    def named(key: str) -> list[str]:
+        return [n for n in names if n == key or n.startswith(f"{key} (")]
+
+    ordered = [n for key in first for n in named(key)] + [n for n in _KEEP_ORDER if n in names] + names
+    return list(dict.fromkeys(ordered))
+
+
+def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = None, sort: str | None = None,
+                 keep: Sequence[str] = ()) -> None:
+    """Print a table for a person: one time unit, fitted to the terminal, data made printable.
+
+    Args:
+        frame: the table (values, or text cells from :func:`readable_columns`).
+        title: the line above it.
+        out: where to print (stdout by default).
+        sort: the column the rows are sorted by: it is kept however narrow the terminal, and
+            its values choose the time unit when it is a time.
+        keep: other columns to keep however narrow the terminal, most important first.
+    """
     stream = out or sys.stdout
-    # Off a terminal (a pipe, a file) nothing limits the width: keep names whole.
-    width = None if stream.isatty() else 220
-    console = Console(file=stream, width=width, highlight=False)
-    table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
-    cells: list[list[str]] = []
-    names, columns = _columns(frame)
-    for column in names:
-        header, values = format_column(column, columns[column])
-        numeric = column not in ("name", "input_shapes")
-        if numeric:
-            table.add_column(Text(header), justify="right", no_wrap=True)
-        else:
-            table.add_column(Text(header), justify="left", overflow="fold", ratio=1, min_width=24)
-        cells.append(values)
-    for row in zip(*cells, strict=True):
-        # Text, not str: a name such as "[/]" or "[red]" is shown as written, never as markup.
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    names, values = _columns(frame)
+    times = [n for n in names if is_time_column(n)]
+    reference = sort if sort in times else (times[0] if times else None)
+    unit = time_unit(values[reference]) if reference else None
+    order = _keep_order(names, ["name", *([sort] if sort else []), *keep])
+    columns = []
+    for name in names:
+        header, cells = format_column(name, values[name], unit=unit if is_time_column(name) else None)
+        text = name in _TEXT_COLUMNS
+        columns.append(Column(header, cells, text=text, priority=order.index(name),
+                              shorten=short_name if name == "name" else cut_middle))
+    print_columns(columns, title, stream)
 
 
-def write_table(frame: pd.DataFrame | Rows, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
-    """Print ``frame`` in the chosen format: a table for a person, CSV or JSON for a script."""
+def write_table(frame: pd.DataFrame | Rows, title: str, fmt: TableFormat, out: TextIO | None = None,
+                sort: str | None = None, keep: Sequence[str] = ()) -> None:
+    """Print ``frame`` in the chosen format: a table for a person, CSV or JSON for a script.
+
+    Args:
+        frame: the table.
+        title: the line above a table for a person.
+        fmt: table, CSV or JSON.
+        out: where to print (stdout by default).
+        sort: the column the rows are sorted by (see :func:`render_table`).
+        keep: other columns a narrow table keeps (see :func:`render_table`).
+    """
     stream = out or sys.stdout
     if fmt is TableFormat.TABLE:
-        render_table(frame, title, stream)
+        render_table(frame, title, stream, sort, keep)
     elif isinstance(frame, Rows):
         _write_rows(frame, fmt, stream)
     elif fmt is TableFormat.CSV:

@@ -15,8 +15,8 @@ from typing import TextIO
 
 import pandas as pd
 
-from dlprof.analysis.tfprof import MEASURES, percent_columns
-from dlprof.keys import TableFormat
+from dlprof.analysis.tfprof import MEASURES, SORT_COLUMN, percent_columns
+from dlprof.keys import SortKey, TableFormat
 from dlprof.viewers.terminal import NAME_WIDTH, readable_columns, render_table, write_table
 
 # tfprof's column titles.
@@ -94,12 +94,21 @@ def tree_display(frame: pd.DataFrame) -> pd.DataFrame:
     return display
 
 
-def write_op_view(frame: pd.DataFrame, title: str, fmt: TableFormat, out: TextIO | None = None) -> None:
+def write_op_view(frame: pd.DataFrame, title: str, fmt: TableFormat, out: TextIO | None = None,
+                  by: SortKey = SortKey.MICROS) -> None:
     """Print an op view (:func:`dlprof.analysis.tfprof.op_view`): tfprof's layout for a person,
-    the frame as CSV or JSON for a script."""
+    the frame as CSV or JSON for a script.
+
+    Args:
+        frame: the op view.
+        title: the line above the table.
+        fmt: table, CSV or JSON.
+        out: where to print (stdout by default).
+        by: what the rows are sorted by: a narrow table keeps that column.
+    """
     stream = out or sys.stdout
     if fmt is TableFormat.TABLE:
-        render_table(op_view_display(frame), title, stream)
+        render_table(op_view_display(frame), title, stream, sort=_OP_VIEW_HEADERS[SORT_COLUMN[by]])
     else:
         write_table(frame, title, fmt, stream)
 

@@ -117,7 +117,8 @@ def test_script_of(command: list[str], script: str) -> None:
 
 
 def test_info_summary(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["info", str(runs / "a-cnn")]) == 0
+    # --wide: every note on one line, whole (at 80 columns long notes wrap).
+    assert main(["info", str(runs / "a-cnn"), "--wide"]) == 0
     out = capsys.readouterr().out
     manifest = Manifest.read(runs / "a-cnn")
     for collector in manifest.collectors:

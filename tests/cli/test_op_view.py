@@ -15,7 +15,8 @@ from dlprof.keys import SortKey
 
 @pytest.mark.torch
 def test_op_view_table_reads_as_tfprof(cnn_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["top", str(cnn_run), "--by", "micros", "--group-by", "type", "-n", "5"]) == 0
+    # --wide: every measure (at 80 columns the name and the sorted measure come first).
+    assert main(["top", str(cnn_run), "--by", "micros", "--group-by", "type", "-n", "5", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "Requested bytes" in out and "Total exec" in out and "CPU exec" in out and "Occurrence" in out
     # A CPU-only run has no accelerator time: no column for it.

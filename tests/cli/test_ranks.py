@@ -39,7 +39,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 def test_summary_then_stragglers(nccl_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(["ranks", str(nccl_run)], capsys)
+    # --wide: every column (at 80 columns the lesser ones are hidden).
+    code, out, err = run_cli(["ranks", str(nccl_run), "--wide"], capsys)
     assert code == 0 and err == ""
     assert "per rank (overlap" in out and "stragglers (lag over 10%" in out
     for header in ("Rank", "On", "Step median (ms)", "Compute %", "Comm %", "Overlap %", "Idle %",
@@ -100,7 +101,7 @@ def test_by_step_table(nccl_run: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_identical_ranks(two_rank_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(["ranks", str(two_rank_run)], capsys)
+    code, out, _ = run_cli(["ranks", str(two_rank_run), "--wide"], capsys)
     assert code == 0 and "No stragglers" in out and "0 steps, 2 ranks" in out
     # No steps: the step times are missing, shown as "-".
     rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["0", "cuda:0"], ["1", "cuda:0"])]
@@ -127,7 +128,7 @@ def test_top_rank_and_per_rank(nccl_run: Path, capsys: pytest.CaptureFixture[str
     assert code == 0 and list(rows[0])[-len(PER_RANK_COLUMNS):] == PER_RANK_COLUMNS
     expected = top(run, per_rank=True)
     assert [r["max_rank"] for r in rows] == expected["max_rank"].tolist()
-    code, out, _ = run_cli(["top", str(nccl_run), "--per-rank"], capsys)
+    code, out, _ = run_cli(["top", str(nccl_run), "--per-rank", "--wide"], capsys)
     for header in ("Rank min (ms)", "Rank median (ms)", "Rank max (ms)", "Max rank"):
         assert header in out
     code, _, err = run_cli(["top", str(nccl_run), "--rank", "5"], capsys)

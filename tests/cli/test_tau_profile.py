@@ -66,7 +66,7 @@ def test_rows_line_up_under_the_header() -> None:
 def test_prints_one_tau_block_for_the_real_cnn_run(
     cnn_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_cli(["pprof", str(cnn_run)], capsys)
+    code, out, err = run_cli(["pprof", str(cnn_run), "--wide"], capsys)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"Reading run {cnn_run}")
@@ -85,7 +85,7 @@ def test_prints_one_tau_block_for_the_real_cnn_run(
 
 def test_hand_built_run_prints_tau_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = write_run(tmp_path / "nested", NESTED)
-    code, out, _ = run_cli(["pprof", str(run)], capsys)
+    code, out, _ = run_cli(["pprof", str(run), "--wide"], capsys)
     assert code == 0
     assert out.splitlines()[-5:] == [
         " 66.7           45          100           1           3     100000 main",
@@ -94,14 +94,14 @@ def test_hand_built_run_prints_tau_rows(tmp_path: Path, capsys: pytest.CaptureFi
         "  6.7           10           10           1           0      10000 b",
         "  3.3            5            5           1           0       5000 c",
     ]
-    assert "(rank 0, pid 100, tid 1, cpu; wall 150 msec)" in out
+    assert "(rank 0, pid 100, tid 1, cpu; wall 150.000 ms)" in out
 
 
 def test_several_threads_get_a_block_each_then_total_and_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = write_run(tmp_path / "tracks", SEVERAL_TRACKS)
-    code, out, _ = run_cli(["pprof", str(run)], capsys)
+    code, out, _ = run_cli(["pprof", str(run), "--wide"], capsys)
     assert code == 0
     headers = [line for line in out.splitlines() if line.startswith(("NODE", "FUNCTION"))]
     assert headers == [
@@ -112,7 +112,7 @@ def test_several_threads_get_a_block_each_then_total_and_mean(
         "FUNCTION SUMMARY (total):",
         "FUNCTION SUMMARY (mean):",
     ]
-    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4 msec)" in out
+    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4,000.000 us)" in out
     mean = out.split("FUNCTION SUMMARY (mean):")[1].splitlines()
     # x: 90 ms over 4 threads, 3 calls over 4 threads, as TAU's mean prints them.
     assert " 78.9           22           22        0.75           0      30000 x" in mean
@@ -139,7 +139,7 @@ def test_limit_folds_the_rest_into_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = write_run(tmp_path / "nested", NESTED)
-    code, out, _ = run_cli(["pprof", str(run), "--limit", "2"], capsys)
+    code, out, _ = run_cli(["pprof", str(run), "--limit", "2", "--wide"], capsys)
     assert code == 0
     body = out.split(RULE + "\n")[-1].splitlines()
     assert [line[67:] for line in body] == ["main", "a", "-others-"]
