@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from dlprof.keys import RunStatus
+from dlprof.store.safe_files import write_text
 from dlprof.store.version import SCHEMA_VERSION
 
 MANIFEST_NAME = "run.json"
@@ -132,10 +133,7 @@ class Manifest:
     def write(self, run_dir: Path, rank: int | None = None) -> None:
         """Write ``run.json``, or with ``rank`` that rank's own manifest (``ranks/<rank>.json``)."""
         path = run_dir / MANIFEST_NAME if rank is None else rank_manifest_path(run_dir, rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.to_json())
-        partial.replace(path)
+        write_text(path, self.to_json())
 
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:
