@@ -94,7 +94,9 @@ class Exporter(ABC):
 
         Raises:
             ExportError: the run holds no slices.
+            RunError: a file of the run is damaged (exporters read the files, not the engine).
         """
+        run.check_tables()
         # Counted from the files' footers: no table is read for it.
         if scan.rows(run, StoreTable.SLICES) == 0:
             raise ExportError(f"{run.path}: the run holds no slices ({run.status}); nothing to export")

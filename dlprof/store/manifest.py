@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from dlprof.keys import RunStatus
+from dlprof.store.json_types import check_fields
 from dlprof.store.safe_files import write_text
 from dlprof.store.version import SCHEMA_VERSION
 
@@ -113,7 +114,13 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        """Build a manifest from parsed JSON, ignoring keys a newer writer may have added."""
+        """Build a manifest from parsed JSON, ignoring keys a newer writer may have added.
+
+        Raises:
+            JsonTypeError: ``data`` is not an object, or a field of it has the wrong type (the
+                message names the field).
+        """
+        check_fields(data, cls)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))

@@ -50,6 +50,7 @@ class Run:
     # The engine that runs this run's queries; None: the process's default (dlprof.engine).
     engine_kind: EngineKind | None = None
     _arrow: dict[StoreTable, pa.Table] = field(default_factory=dict, repr=False)
+    _checked: bool = field(default=False, repr=False)
 
     @property
     def status(self) -> RunStatus:
@@ -71,12 +72,28 @@ class Run:
             kind = self.engine_kind or default_engine()
         except ValueError as error:
             raise RunError(str(error)) from None
+        self.check_tables()
         offsets = self.clock_offsets()
         try:
             sources = {table: self._source(table, offsets) for table in StoreTable}
             return open_engine(kind, sources)
         except EngineError as error:
             raise RunError(f"{self.path}: {error}") from None
+
+    def check_tables(self) -> None:
+        """Check partition names and Parquet footers of every table, once (no row is read).
+
+        Raises:
+            RunError: one line naming the first damaged file or partition.
+        """
+        if self._checked:
+            return
+        from dlprof.store.integrity import run_problem
+
+        problem = run_problem(self.path)
+        if problem is not None:
+            raise RunError(f"{self.path}: {problem}")
+        self._checked = True
 
     def _source(self, table: StoreTable, offsets: dict[int, int]) -> Any:
         from dlprof.engine.sources import table_source
@@ -147,6 +164,7 @@ class Run:
     def arrow(self, table: StoreTable) -> pa.Table:
         """One whole table as Arrow, with a ``rank`` column taken from the partition directories."""
         if table not in self._arrow:
+            self.check_tables()
             self._arrow[table] = _read_table(self.path, table, self.clock_offsets())
         return self._arrow[table]
 
@@ -202,7 +220,8 @@ def load(path: str | os.PathLike[str], engine: EngineKind | str | None = None) -
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
-        raise RunError(f"{run_dir}: no such run directory")
+        what = "a file, not a run directory" if run_dir.exists() else "no such run directory"
+        raise RunError(f"{run_dir}: {what}")
     try:
         ranks = read_rank_manifests(run_dir)
     except (OSError, ValueError, TypeError, KeyError) as error:
