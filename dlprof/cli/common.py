@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,6 +104,19 @@ def check_rank(run: Run, rank: int | None) -> None:
     ranks = run.ranks()
     if rank not in ranks:
         raise UsageError(f"{run.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks)) or 'none'}")
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A click float range that also refuses nan and ±inf, which compare false with any bound
+    (``--timeout nan`` would pass ``min=0`` and then never time out)."""
+
+    name = "finite float range"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return float(number)
 
 
 run_argument = click.argument("run", required=False, metavar="[RUN]")

@@ -60,13 +60,20 @@ def for_people(runs: Rows) -> Rows:
     return Rows.from_columns({
         "name": runs.column("name"),
         "Script": runs.column("script"),
-        "Status": [f"{status}: {problem}" if problem else status
+        "Status": [_status_cell(status, problem)
                    for status, problem in zip(runs.column("status"), runs.column("problem"), strict=True)],
         "Started": [_local_time(ns) for ns in runs.column("start_ns")],
         "Duration": [human_duration(ns) if ns else "" for ns in runs.column("duration_ns")],
         "Events": ["" if n is None else f"{int(n):,}" for n in runs.column("events")],
         "Size": [human_size(b) for b in runs.column("size_bytes")],
     })
+
+
+def _status_cell(status: str, problem: str) -> str:
+    """The status, with the reason a run cannot be read (which may start with the status word)."""
+    if not problem:
+        return status
+    return problem if problem.startswith(status) else f"{status}: {problem}"
 
 
 def _local_time(ns: int) -> str:

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from dlprof.engine.base import Engine
 
 
+# How often a table's files are listed again when one listed is gone before it is read (a run
+# being written makes its chunks final meanwhile).
+_RELISTS = 3
+
+
 class RunError(Exception):
     """A run cannot be read; the message is one line a person can act on."""
 
@@ -98,11 +103,15 @@ class Run:
     def _source(self, table: StoreTable, offsets: dict[int, int]) -> Any:
         from dlprof.engine.sources import table_source
 
-        try:
-            return table_source(self.path, table, offsets)
-        except (ValueError, OSError) as error:  # Arrow's ArrowInvalid is a ValueError
-            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise RunError(f"{self.path / str(table)}: damaged Parquet file ({detail})") from None
+        for _ in range(_RELISTS):
+            try:
+                return table_source(self.path, table, offsets)
+            except FileNotFoundError:
+                continue  # a chunk made final and removed since it was listed: list again
+            except (ValueError, OSError) as error:  # Arrow's ArrowInvalid is a ValueError
+                detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise RunError(f"{self.path / str(table)}: damaged Parquet file ({detail})") from None
+        raise RunError(f"{self.path / str(table)}: its files kept changing while being read; try again")
 
     def query(self, sql: str) -> Any:
         """Run SQL on the engine; its result as :class:`dlprof.engine.rows.Rows` (plain values).
