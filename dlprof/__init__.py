@@ -64,6 +64,7 @@ def profile(
     counter_scope: str = "thread",
     save_seconds: float = 10.0,
     memory_cap_mib: int = 512,
+    force: bool = False,
 ) -> Session:
     """A profiling session for a block of code; use it with ``with``.
 
@@ -90,9 +91,15 @@ def profile(
             any moment loses at most about this much (as ``dlprof run --save-seconds``).
         memory_cap_mib: save whenever memory grew by half of this since the last save, so
             that profiling holds about this much above the program's own (``--memory-cap``).
+        force: replace the run already in ``out`` (as ``dlprof run --force``); without it an
+            ``out`` that holds a run is refused. Ranks of a job share ``out`` and never check.
 
     Returns:
         The session; call ``.step()`` at the end of each training step.
+
+    Raises:
+        RunExistsError: (a ``FileExistsError``) ``out`` holds a run and ``force`` is false, or
+            holds other files.
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
@@ -106,6 +113,10 @@ def profile(
         raise ValueError(f"save_seconds {save_seconds}: at least 0.1")
     if memory_cap_mib < 16:
         raise ValueError(f"memory_cap_mib {memory_cap_mib}: at least 16")
+    if out is not None and place.world_size == 1:
+        from dlprof.store.new_run import prepare_run_dir
+
+        prepare_run_dir(Path(out), force, force_hint="force=True")
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,

@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from dlprof.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
+from dlprof.store.safe_files import write_text
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 
@@ -134,10 +135,7 @@ class ForkFollower:
     def _acknowledge(self) -> None:
         """Tell the parent what this child saved so far (a small file, replaced whole)."""
         path = self.run_dir / ACKS / f"{os.getpid()}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps({"kinds": self._saved_kinds, "stopped": self.stopped}))
-        partial.replace(path)
+        write_text(path, json.dumps({"kinds": self._saved_kinds, "stopped": self.stopped}))
 
     def _leave(self) -> None:
         """The child's last exit handler: leave without the C++ static destructors."""

@@ -14,7 +14,8 @@ import runpy
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -46,14 +47,23 @@ class Target:
     def check(self) -> None:
         """Raise :class:`TargetError` if the target does not exist."""
         if self.is_module:
-            try:
-                found = importlib.util.find_spec(self.name) is not None
-            except (ImportError, ValueError):
-                found = False
+            # Looked up where it will run from: the working directory first, as python -m has it.
+            with _path0(os.getcwd()):
+                try:
+                    found = importlib.util.find_spec(self.name) is not None
+                except (ImportError, ValueError):
+                    found = False
             if not found:
                 raise TargetError(f"no module named {self.name!r}")
-        elif not Path(self.name).is_file():
+            return
+        path = Path(self.name)
+        if path.is_dir():
+            if not (path / "__main__.py").is_file():  # python runs a directory's __main__.py
+                raise TargetError(f"{self.name}: a directory with no __main__.py, not a script")
+        elif not path.exists():
             raise TargetError(f"{self.name}: no such file")
+        elif not path.is_file():
+            raise TargetError(f"{self.name}: not a regular file")
 
 
 @dataclass(frozen=True)
@@ -90,12 +100,12 @@ def run_target(
     try:
         if target.is_module:
             sys.argv = [target.name, *target.args]
-            sys.path[0] = os.getcwd()
+            _set_path0(os.getcwd())
             program_globals = runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         else:
             script = os.path.abspath(target.name)
             sys.argv = [target.name, *target.args]
-            sys.path[0] = os.path.dirname(os.path.realpath(script))
+            _set_path0(os.path.dirname(os.path.realpath(script)))
             program_globals = runpy.run_path(target.name, run_name="__main__")
     except SystemExit as exit_request:
         exit_code = _exit_code(exit_request)
@@ -114,6 +124,8 @@ def run_target(
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
+        else:
+            sys.path[:1] = []
         manifest = session.stop(error, exit_code, report)
         program_globals.clear()
         if session.forks.in_child:
@@ -124,6 +136,25 @@ def run_target(
             sys.stderr.flush()
             os._exit(exit_code)
     return Outcome(exit_code, manifest, session.run_dir, signum)
+
+
+def _set_path0(directory: str) -> None:
+    """Make ``directory`` the first entry of ``sys.path``, as Python makes a script's own."""
+    if sys.path:
+        sys.path[0] = directory
+    else:
+        sys.path.append(directory)
+
+
+@contextmanager
+def _path0(directory: str) -> Iterator[None]:
+    """``directory`` first on ``sys.path`` within the block."""
+    saved = list(sys.path)
+    _set_path0(directory)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _exit_code(exit_request: SystemExit) -> int:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dlprof.config import RUNS_DIR
 from dlprof.engine import ENGINE_VARIABLE, choose_engine
 from dlprof.keys import EngineKind
+from dlprof.store.catalog import without_run_path
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
 
@@ -22,14 +24,38 @@ class UsageError(Exception):
     """Bad input from the user; main() prints it as one line and exits non-zero."""
 
 
-def newest_run(parent: Path = RUNS_DIR) -> Path:
-    """The most recently started run under ``parent``."""
+def newest_run(parent: Path = RUNS_DIR) -> Run:
+    """The most recently started run under ``parent`` whose manifest reads.
+
+    Newer runs that cannot be loaded are passed over, and named in one line on stderr, so that
+    one damaged run never hides the others.
+
+    Args:
+        parent: the directory holding run directories.
+
+    Returns:
+        The loaded run.
+
+    Raises:
+        RunError: ``parent`` holds no run, or none that loads.
+    """
     runs = [p for p in parent.glob("*") if (p / MANIFEST_NAME).is_file()] if parent.is_dir() else []
     if not runs:
         raise RunError(
             f"no runs under ./{parent}; profile a program first: dlprof run script.py"
         )
-    return max(runs, key=_started)
+    skipped: list[str] = []
+    for run_dir in sorted(runs, key=_started, reverse=True):
+        try:
+            run = load(run_dir)
+        except RunError as error:
+            skipped.append(f"{run_dir.name} ({without_run_path(str(error), run_dir)})")
+            continue
+        if skipped:
+            print(f"dlprof: using {run_dir.name}; skipped {len(skipped)} newer unreadable "
+                  f"run{'s' if len(skipped) > 1 else ''}: {'; '.join(skipped)}", file=sys.stderr)
+        return run
+    raise RunError(f"no readable run under ./{parent}; {len(skipped)} unreadable: {'; '.join(skipped)}")
 
 
 def _started(run_dir: Path) -> tuple[int, str]:
@@ -38,7 +64,10 @@ def _started(run_dir: Path) -> tuple[int, str]:
         start = Manifest.read(run_dir).start_ns
     except (OSError, ValueError, TypeError, KeyError):
         start = 0
-    return start or (run_dir / MANIFEST_NAME).stat().st_mtime_ns, run_dir.name
+    try:
+        return start or (run_dir / MANIFEST_NAME).stat().st_mtime_ns, run_dir.name
+    except OSError:
+        return 0, run_dir.name  # removed since it was listed
 
 
 def open_run(path: str | None) -> Run:
@@ -46,7 +75,7 @@ def open_run(path: str | None) -> Run:
     one under ./dlprof-runs when no path is given; saves a killed run left unfinished are
     finished first (once), so that what they hold is read."""
     if not path:
-        run = load(newest_run())
+        run = newest_run()
     else:
         named = RUNS_DIR / path
         run = load(named if not Path(path).exists() and (named / MANIFEST_NAME).is_file() else Path(path))
@@ -75,6 +104,19 @@ def check_rank(run: Run, rank: int | None) -> None:
     ranks = run.ranks()
     if rank not in ranks:
         raise UsageError(f"{run.path}: no rank {rank}; this run has ranks: {', '.join(map(str, ranks)) or 'none'}")
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A click float range that also refuses nan and ±inf, which compare false with any bound
+    (``--timeout nan`` would pass ``min=0`` and then never time out)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return float(number)
 
 
 run_argument = click.argument("run", required=False, metavar="[RUN]")

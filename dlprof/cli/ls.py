@@ -17,7 +17,8 @@ from dlprof.viewers.terminal import write_table
 HELP = f"""List the runs under ./{RUNS_DIR}, newest first.
 
 One row per run directory: its name (what other commands take as RUN), the script it
-profiled, its status (a run whose writer died shows as killed), when it started, how long
+profiled, its status (a run whose writer died shows as killed; one whose manifest or files
+cannot be read as unreadable or damaged, with the reason), when it started, how long
 it ran, its events (rows in all its tables) and its size on disk. No runs is not an
 error: a line says so and the exit status is 0 (CSV and JSON print an empty table).
 
@@ -62,12 +63,20 @@ def for_people(runs: Rows) -> Rows:
     return Rows.from_columns({
         "name": runs.column("name"),
         "Script": runs.column("script"),
-        "Status": runs.column("status"),
+        "Status": [_status_cell(status, problem)
+                   for status, problem in zip(runs.column("status"), runs.column("problem"), strict=True)],
         "Started": [_local_time(ns) for ns in runs.column("start_ns")],
         "Duration": [human_duration(ns) if ns else "" for ns in runs.column("duration_ns")],
         "Events": ["" if n is None else f"{int(n):,}" for n in runs.column("events")],
         "Size": [human_size(b) for b in runs.column("size_bytes")],
     })
+
+
+def _status_cell(status: str, problem: str) -> str:
+    """The status, with the reason a run cannot be read (which may start with the status word)."""
+    if not problem:
+        return status
+    return problem if problem.startswith(status) else f"{status}: {problem}"
 
 
 def _local_time(ns: int) -> str:

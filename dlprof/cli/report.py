@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from dlprof.analysis.report_data import STAGES, report_data
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.store.safe_files import write_text
 from dlprof.viewers.html_report import render_report
 
 HELP = """Write a run's report as one HTML file that works offline.
@@ -51,7 +52,7 @@ def command(run: str | None, output: Path | None) -> int:
         page = render_report(data)
         advance("writing")
         try:
-            target.write_text(page, encoding="utf-8")
+            write_text(target, page)
         except OSError as error:
             raise UsageError(f"{target}: cannot write the report ({error.strerror or error})") from None
     click.echo(str(target))

@@ -18,12 +18,14 @@ HELP = """Run a Python script (or -m module) under the profiler.
 
 The script runs as `python script.py args` would run it; its exit code passes through. The run
 is written to -o DIR, by default ./dlprof-runs/<YYYYmmdd-HHMMSS>-<script>/, even if the script
-fails or is interrupted.
+fails or is interrupted. A DIR that already holds a run is refused unless --force (which
+replaces it); one that holds other files is always refused.
 
 \b
 Examples:
   dlprof run train.py --epochs 1
   dlprof run -o runs/base --schedule 1,1,1,5,1 train.py
+  dlprof run -o runs/base --force train.py     # replace the run in runs/base
   dlprof run --collectors layers train.py     # per-layer time only, lowest overhead
   dlprof run -m mypkg.train --lr 0.1
   dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
@@ -82,7 +84,7 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     args: list[str] = []
     for param in context.command.params:
         value = context.params.get(param.name or "")
-        if not isinstance(param, click.Option) or param.name in ("nproc", "top_rows", "out"):
+        if not isinstance(param, click.Option) or param.name in ("nproc", "top_rows", "out", "force"):
             continue
         if param.is_flag:
             args += [param.opts[0]] if value else []
@@ -108,6 +110,18 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
         _print_top(run_dir, collectors, top_rows)
     # The failing rank's own exit code, where torchrun only says that one failed.
     return manifest.exit_code or torchrun_code
+
+
+def _prepare_out(out: Path, force: bool) -> None:
+    """Refuse an -o that holds a run (unless --force, which removes it) or other files."""
+    from dlprof.store.new_run import RunExistsError, prepare_run_dir
+
+    try:
+        prepare_run_dir(out, force)
+    except RunExistsError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"{out}: cannot replace the run ({error.strerror or error})") from None
 
 
 def _record_job_command(run_dir: Path) -> None:
@@ -177,6 +191,7 @@ class _CollectorsOption(click.Option):
 )
 @click.option("-o", "--out", type=click.Path(file_okay=False), default=None,
               help="Run directory to write.")
+@click.option("--force", is_flag=True, help="Replace the run already in -o DIR.")
 @click.option("-m", "module", default=None, metavar="MODULE",
               help="Run a library module as a script, as python -m does.")
 @click.option("--collectors", cls=_CollectorsOption, default=None, metavar="NAME,...",
@@ -207,7 +222,7 @@ class _CollectorsOption(click.Option):
 @click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def command(out: str | None, module: str | None, collectors: str | None, schedule: str | None,
+def command(out: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
             with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
             nproc: int | None, target_and_args: tuple[str, ...]) -> int:
@@ -235,6 +250,8 @@ def command(out: str | None, module: str | None, collectors: str | None, schedul
         place = RankEnvironment.from_environment()
     except (ScheduleError, TargetError, ValueError) as error:
         raise UsageError(str(error)) from None
+    if out and not place.distributed:  # ranks of a job share -o: the launcher checked it
+        _prepare_out(Path(out), force)
     if nproc is not None:
         return _launch(nproc, Path(out) if out else new_run_dir(target.label), top_rows)
     config = ProfileConfig(

@@ -6,7 +6,7 @@ import click
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.trees import tree
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.common import FiniteFloatRange, UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.cli.table_options import wide_option
 from dlprof.keys import Kind, TableFormat, TreeView
 from dlprof.store.reader import Run
@@ -39,7 +39,7 @@ Examples:
               help="scope: name scopes or module paths; code: Python file:line:function.")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="Levels to show below the root (default: all).")
-@click.option("--min-percent", "min_percent", type=click.FloatRange(0, 100), default=1.0,
+@click.option("--min-percent", "min_percent", type=FiniteFloatRange(0, 100), default=1.0,
               show_default=True, help="Hide nodes with less of the total time (and what is below them).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),

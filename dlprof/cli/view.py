@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from dlprof.cli.common import UsageError, open_run, progress_bar, run_argument
+from dlprof.cli.common import FiniteFloatRange, UsageError, open_run, progress_bar, run_argument
 from dlprof.exporters.base import ExportError
 from dlprof.exporters.perfetto import PerfettoExporter
 from dlprof.store.manifest import MANIFEST_NAME
@@ -39,7 +39,7 @@ Examples:
 @click.option("--port", type=click.IntRange(0, 65535), default=PERFETTO_PORT, show_default=True,
               help="Port on 127.0.0.1; ui.perfetto.dev only fetches from 9001, so another port "
                    "needs a self-hosted UI.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Give up after this many seconds without a fetch (default: wait for Ctrl-C).")
 def command(run: str | None, no_browser: bool, port: int, timeout: float | None) -> int:
     loaded = open_run(run)

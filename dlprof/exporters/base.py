@@ -18,16 +18,15 @@ them) and implement :meth:`Exporter.write`; :meth:`Exporter.export` checks the r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import ClassVar
 
 from rich.progress import Progress, TaskID
 
 from dlprof.keys import StoreTable
 from dlprof.store import scan
 from dlprof.store.reader import Run
+from dlprof.store.safe_files import atomic_binary
 
 # Rows turned into Python objects at a time: large enough that per-batch costs vanish, small
 # enough that a run of millions of slices never sits in memory as Python objects all at once.
@@ -95,7 +94,9 @@ class Exporter(ABC):
 
         Raises:
             ExportError: the run holds no slices.
+            RunError: a file of the run is damaged (exporters read the files, not the engine).
         """
+        run.check_tables()
         # Counted from the files' footers: no table is read for it.
         if scan.rows(run, StoreTable.SLICES) == 0:
             raise ExportError(f"{run.path}: the run holds no slices ({run.status}); nothing to export")
@@ -108,19 +109,6 @@ class Exporter(ABC):
         """Write a run known to hold slices; advance ``ticker`` by every row written."""
 
 
-@contextmanager
-def atomic_output(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file that appears at ``path`` only once it is complete.
-
-    Written under a temporary name and renamed, as the store writes its files: an export that
-    fails or is interrupted leaves no half file that looks like a trace.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    try:
-        with partial.open("wb", buffering=1 << 20) as file:
-            yield file
-        partial.replace(path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+# A binary file that appears at its path only once complete (an export that fails or is
+# interrupted leaves no half file that looks like a trace), never written through a link.
+atomic_output = atomic_binary

@@ -62,6 +62,7 @@ from dlprof.exporters.tau_format import (
     write_profile,
 )
 from dlprof.store.reader import Run
+from dlprof.store.safe_files import partial_directory
 
 TIME = "TIME"
 
@@ -138,8 +139,7 @@ class TauExporter(Exporter):
             warnings.warn(f"TAU export of {run.path.name}: left out {detail}", TauExportWarning,
                           stacklevel=3)
         paths = _paths(path, tracks, metrics)
-        partial = path.with_name(path.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
+        partial = partial_directory(path)
         try:
             common = run_attributes(run)
             for number, out in enumerate(paths):

@@ -5,8 +5,10 @@ run, so it lives beside the reader::
 
     list_runs(Path("dlprof-runs")).records()   # name, script, status, start_ns, duration_ns, ...
 
-A directory whose ``run.json`` cannot be read is still listed, with status ``unreadable``, so
-that one damaged run never hides the others. Only manifests are read (and, for a run that never
+A directory whose ``run.json`` cannot be read is still listed, with status ``unreadable``, and
+one whose partitions are badly named or whose Parquet files are truncated (their first and last
+bytes tell) with status ``damaged``; ``problem`` says why, so that one damaged run never hides
+the others and never shows as ``complete``. Only manifests are read (and, for a run that never
 finished, its Parquet footers), so listing loads neither pandas nor a query engine.
 """
 
@@ -18,14 +20,18 @@ from typing import Any
 
 from dlprof.engine.rows import Rows
 from dlprof.keys import StoreTable
+from dlprof.store.integrity import files_problem
 from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
 
 # The status shown for a directory holding a run.json that load() refuses.
 UNREADABLE = "unreadable"
+# The status shown for a run whose manifest reads but whose files do not (integrity.files_problem).
+DAMAGED = "damaged"
 
-COLUMNS = ("name", "script", "status", "start_ns", "duration_ns", "events", "size_bytes", "path")
+COLUMNS = ("name", "script", "status", "start_ns", "duration_ns", "events", "size_bytes", "path",
+           "problem")
 
 
 def list_runs(parent: Path) -> Rows:
@@ -36,7 +42,8 @@ def list_runs(parent: Path) -> Rows:
 
     Returns:
         Rows with :data:`COLUMNS`: ``status`` as the reader reports it (``killed`` for a run
-        left ``running`` by a writer that is gone); ``events`` the rows of every table (None when
+        left ``running`` by a writer that is gone), or :data:`UNREADABLE` or :data:`DAMAGED`
+        with ``problem`` saying why in one line ("" for a sound run); ``events`` the rows of every table (None when
         unknown); ``start_ns`` epoch nanoseconds (0 when the manifest has none). No rows (with
         the columns) when ``parent`` holds no runs or does not exist.
     """
@@ -130,11 +137,12 @@ def _row(directory: Path) -> dict[str, Any]:
     row: dict[str, Any] = {
         "name": directory.name, "script": "", "status": UNREADABLE, "start_ns": 0,
         "duration_ns": 0, "events": None, "size_bytes": run_size(directory),
-        "path": str(directory),
+        "path": str(directory), "problem": "",
     }
     try:
         run = load(directory)
-    except RunError:
+    except RunError as error:
+        row["problem"] = without_run_path(str(error), directory)
         return row
     manifest: Manifest = run.manifest
     # The name stays the directory's: it is what a person passes as RUN, even for a copied run.
@@ -145,7 +153,25 @@ def _row(directory: Path) -> dict[str, Any]:
         duration_ns=manifest.duration_ns,
         events=event_count(run),
     )
+    problem = files_problem(directory)
+    if problem is not None:
+        row.update(status=DAMAGED, problem=problem, events=None)
     return row
+
+
+def without_run_path(message: str, directory: Path) -> str:
+    """A load error's message without the run's path, for where the run is named already.
+
+    Args:
+        message: the error's message (``<run>/run.json: unreadable manifest (...)``).
+        directory: the run directory.
+
+    Returns:
+        The message less its leading path.
+    """
+    for prefix in (f"{directory / MANIFEST_NAME}: ", f"{directory}: "):
+        message = message.removeprefix(prefix)
+    return message
 
 
 def _mtime_ns(path: Path) -> int:

@@ -51,8 +51,10 @@ def rank_files(directory: Path) -> RankFiles:
     """The parts and chunks of one partition, in name order."""
     if not directory.is_dir():
         return RankFiles()
-    parts = sorted(directory.glob(PART_GLOB))
+    # Chunks first: a writer writes a save's part before it removes the save's chunks, so a
+    # listing that finds the chunks gone finds the part (parts first could find neither).
     chunks = sorted(directory.glob(CHUNK_GLOB))
+    parts = sorted(directory.glob(PART_GLOB))
     if not chunks or not parts:
         return RankFiles(parts, chunks)
     import pyarrow.parquet as pq  # only here: listing a partition needs no Arrow

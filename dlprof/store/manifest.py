@@ -18,6 +18,8 @@ from typing import Any
 import psutil
 
 from dlprof.keys import RunStatus
+from dlprof.store.json_types import check_fields
+from dlprof.store.safe_files import write_text
 from dlprof.store.version import SCHEMA_VERSION
 
 MANIFEST_NAME = "run.json"
@@ -123,7 +125,13 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        """Build a manifest from parsed JSON, ignoring keys a newer writer may have added."""
+        """Build a manifest from parsed JSON, ignoring keys a newer writer may have added.
+
+        Raises:
+            JsonTypeError: ``data`` is not an object, or a field of it has the wrong type (the
+                message names the field).
+        """
+        check_fields(data, cls)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
@@ -143,10 +151,7 @@ class Manifest:
     def write(self, run_dir: Path, rank: int | None = None) -> None:
         """Write ``run.json``, or with ``rank`` that rank's own manifest (``ranks/<rank>.json``)."""
         path = run_dir / MANIFEST_NAME if rank is None else rank_manifest_path(run_dir, rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.to_json())
-        partial.replace(path)
+        write_text(path, self.to_json())
 
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from dlprof.engine.base import Engine
 
 
+# How often a table's files are listed again when one listed is gone before it is read (a run
+# being written makes its chunks final meanwhile).
+_RELISTS = 3
+
+
 class RunError(Exception):
     """A run cannot be read; the message is one line a person can act on."""
 
@@ -50,6 +55,7 @@ class Run:
     # The engine that runs this run's queries; None: the process's default (dlprof.engine).
     engine_kind: EngineKind | None = None
     _arrow: dict[StoreTable, pa.Table] = field(default_factory=dict, repr=False)
+    _checked: bool = field(default=False, repr=False)
 
     @property
     def status(self) -> RunStatus:
@@ -71,6 +77,7 @@ class Run:
             kind = self.engine_kind or default_engine()
         except ValueError as error:
             raise RunError(str(error)) from None
+        self.check_tables()
         offsets = self.clock_offsets()
         try:
             sources = {table: self._source(table, offsets) for table in StoreTable}
@@ -78,14 +85,33 @@ class Run:
         except EngineError as error:
             raise RunError(f"{self.path}: {error}") from None
 
+    def check_tables(self) -> None:
+        """Check partition names and Parquet footers of every table, once (no row is read).
+
+        Raises:
+            RunError: one line naming the first damaged file or partition.
+        """
+        if self._checked:
+            return
+        from dlprof.store.integrity import run_problem
+
+        problem = run_problem(self.path)
+        if problem is not None:
+            raise RunError(f"{self.path}: {problem}")
+        self._checked = True
+
     def _source(self, table: StoreTable, offsets: dict[int, int]) -> Any:
         from dlprof.engine.sources import table_source
 
-        try:
-            return table_source(self.path, table, offsets)
-        except (ValueError, OSError) as error:  # Arrow's ArrowInvalid is a ValueError
-            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise RunError(f"{self.path / str(table)}: damaged Parquet file ({detail})") from None
+        for _ in range(_RELISTS):
+            try:
+                return table_source(self.path, table, offsets)
+            except FileNotFoundError:
+                continue  # a chunk made final and removed since it was listed: list again
+            except (ValueError, OSError) as error:  # Arrow's ArrowInvalid is a ValueError
+                detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise RunError(f"{self.path / str(table)}: damaged Parquet file ({detail})") from None
+        raise RunError(f"{self.path / str(table)}: its files kept changing while being read; try again")
 
     def query(self, sql: str) -> Any:
         """Run SQL on the engine; its result as :class:`dlprof.engine.rows.Rows` (plain values).
@@ -147,6 +173,7 @@ class Run:
     def arrow(self, table: StoreTable) -> pa.Table:
         """One whole table as Arrow, with a ``rank`` column taken from the partition directories."""
         if table not in self._arrow:
+            self.check_tables()
             self._arrow[table] = _read_table(self.path, table, self.clock_offsets())
         return self._arrow[table]
 
@@ -202,7 +229,8 @@ def load(path: str | os.PathLike[str], engine: EngineKind | str | None = None) -
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
-        raise RunError(f"{run_dir}: no such run directory")
+        what = "a file, not a run directory" if run_dir.exists() else "no such run directory"
+        raise RunError(f"{run_dir}: {what}")
     try:
         ranks = read_rank_manifests(run_dir)
     except (OSError, ValueError, TypeError, KeyError) as error:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlprof.keys import StoreTable
+from dlprof.store.safe_files import atomic_path
 from dlprof.store.version import SCHEMA_VERSION
 
 __all__ = ["SCHEMAS", "SCHEMA_VERSION", "conform", "write_parquet"]
@@ -130,16 +131,14 @@ def write_parquet(table: pa.Table, path: Path) -> None:
         for f in schema
         if f.name in _DELTA_COLUMNS and pa.types.is_int64(f.type)
     }
-    partial = path.with_name(path.name + ".partial")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(
-        table,
-        partial,
-        compression="zstd",
-        use_dictionary=dictionary_columns,
-        column_encoding=encodings,
-        # Long kernel names and shape lists must stay dictionary-encoded.
-        dictionary_pagesize_limit=8 << 20,
-        write_statistics=["start_ns", "ts_ns"],
-    )
-    partial.replace(path)
+    with atomic_path(path) as partial:
+        pq.write_table(
+            table,
+            partial,
+            compression="zstd",
+            use_dictionary=dictionary_columns,
+            column_encoding=encodings,
+            # Long kernel names and shape lists must stay dictionary-encoded.
+            dictionary_pagesize_limit=8 << 20,
+            write_statistics=["start_ns", "ts_ns"],
+        )

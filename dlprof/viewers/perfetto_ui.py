@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import sys
 import threading
 import time
 import webbrowser
@@ -79,6 +80,8 @@ class TraceServer(ThreadingHTTPServer):
         """
         self.trace_path = Path(path)
         self.fetched = threading.Event()
+        # Downloads the client cut short (a tab closed, a reload): said once, then only counted.
+        self.dropped = 0
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as error:
@@ -100,6 +103,21 @@ class TraceServer(ThreadingHTTPServer):
     def url(self) -> str:
         """The Perfetto UI address that loads the served file."""
         return ui_url(self.trace_path.name, self.port)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """One line on stderr instead of socketserver's traceback; a dropped client is said once.
+
+        A browser that closes the tab or reloads mid-download resets the connection: nothing is
+        wrong with the server, which goes on waiting for a complete fetch.
+        """
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            self.dropped += 1
+            if self.dropped == 1:
+                print(f"dlprof: a download of {self.trace_path.name} was cut short by the client; "
+                      "still serving", file=sys.stderr)
+            return
+        print(f"dlprof: serving {self.trace_path.name}: {error}", file=sys.stderr)
 
     def allows_host(self, host: str | None) -> bool:
         """Whether a request's ``Host`` header names this loopback server."""

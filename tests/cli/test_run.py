@@ -148,3 +148,60 @@ def test_default_run_directory_is_under_dlprof_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (run_dir,) = (tmp_path / "dlprof-runs").iterdir()
     assert run_dir.name.endswith("-quick") and len(run_dir.name.split("-")[0]) == 8
+
+
+def test_an_existing_run_is_refused_unless_forced(tmp_path: Path) -> None:
+    script = write(tmp_path / "regions.py", (
+        "import sys, dlprof\n"
+        "for _ in range(int(sys.argv[1])):\n"
+        "    with dlprof.region('work'):\n"
+        "        pass\n"
+    ))
+    assert dlprof_run(tmp_path, str(script), "5").returncode == 0
+    before = dlprof.load(tmp_path / "run").slices
+    refused = dlprof_run(tmp_path, str(script), "1")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"dlprof: error: {tmp_path / 'run'}: already holds a run; pass --force to replace it, "
+        "or choose another run directory"]
+    assert len(dlprof.load(tmp_path / "run").slices) == len(before), "the old run is untouched"
+    forced = dlprof_run(tmp_path, "--force", str(script), "1")
+    assert forced.returncode == 0, forced.stderr
+    names = list(dlprof.load(tmp_path / "run").slices["name"])
+    assert names.count("work") == 1, "the old run was replaced, not mixed with the new"
+
+
+def test_a_directory_of_other_files_is_refused_even_forced(tmp_path: Path) -> None:
+    write(tmp_path / "run" / "notes.txt", "mine")
+    script = write(tmp_path / "quick.py", "x = 1\n")
+    done = dlprof_run(tmp_path, "--force", str(script))
+    assert done.returncode == 2 and "not empty and not a dlprof run" in done.stderr
+    assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_profile_refuses_an_existing_run_unless_forced(tmp_path: Path) -> None:
+    from dlprof.store.new_run import RunExistsError
+
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",)):
+        with dlprof.region("old"):
+            pass
+    with pytest.raises(RunExistsError, match="pass force=True"):
+        dlprof.profile(out=tmp_path / "run", collectors=("host",))
+    with dlprof.profile(out=tmp_path / "run", collectors=("host",), force=True):
+        with dlprof.region("new"):
+            pass
+    assert set(dlprof.load(tmp_path / "run").slices["name"]) & {"old", "new"} == {"new"}
+
+
+def test_module_in_the_working_directory_runs_from_the_dlprof_script(tmp_path: Path) -> None:
+    # The installed script puts its own directory first on sys.path, not the working directory:
+    # the module must still be found there, as python -m finds it.
+    from tests.conftest import dlprof_program
+
+    write(tmp_path / "localpkg" / "__init__.py", "")
+    write(tmp_path / "localpkg" / "job.py", "open('ran.txt', 'w').write('yes')\n")
+    done = subprocess.run([*dlprof_program(), "run", "-o", str(tmp_path / "run"), "--collectors", "host",
+                           "-m", "localpkg.job"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ran.txt").read_text() == "yes"

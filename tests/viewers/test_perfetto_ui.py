@@ -185,3 +185,35 @@ def test_serve_once_on_ctrl_c(trace: Path) -> None:
         raise KeyboardInterrupt
 
     assert serve_once(trace, port=0, open_browser=interrupt, timeout=10) is ServeResult.INTERRUPTED
+
+
+def test_a_client_dropping_mid_download_is_one_quiet_line(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import struct
+    import time
+
+    big = tmp_path / "big.perfetto-trace"
+    big.write_bytes(b"\x01" * (64 << 20))  # far more than the socket buffers hold
+    started = TraceServer(big, port=0)
+    thread = threading.Thread(target=started.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(2):
+            client = socket.create_connection((HOST, started.port), timeout=5)
+            client.sendall(b"GET /big.perfetto-trace HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            client.recv(1 << 16)
+            # Linger 0: close with a reset, as a browser tab closed mid-download does.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+        deadline = time.monotonic() + 30
+        while started.dropped < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        started.shutdown()
+        started.server_close()
+        thread.join()
+    assert started.dropped == 2 and not started.fetched.is_set()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err
+    assert err.strip().splitlines() == [
+        "dlprof: a download of big.perfetto-trace was cut short by the client; still serving"]

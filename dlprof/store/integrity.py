@@ -1,0 +1,197 @@
+"""Whether a run's tables can be read as the store's: partition names and Parquet schemas.
+
+A run directory is files anyone can copy, edit or truncate. Before its tables are queried, each
+partition's name and each Parquet file's footer (its schema, not its data) are checked, so that
+a damaged file fails in one line naming it instead of a query failing deep inside an engine, or
+worse, answering with empty or wrong figures::
+
+    problem = table_problem(run_dir, StoreTable.SLICES)
+    # "slices/rank=0/part-00000.parquet: column 'start_ns' is string, not an integer"
+
+Columns a file lacks are allowed (a run written before a column existed reads with it null),
+except those every version of the store wrote (:data:`REQUIRED_COLUMNS`).
+
+:func:`framing_problem` is the check that needs no Arrow (``dlprof ls`` loads none): a Parquet
+file starts and ends with ``PAR1`` and states its footer's length before the last, so a file
+truncated, emptied or overwritten shows without parsing anything.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from dlprof.keys import StoreTable
+from dlprof.store.layout import CHUNK_GLOB, PART_GLOB
+
+RANK_PREFIX = "rank="
+_MAGIC = b"PAR1"
+# The leading magic, and at the end the footer's length (4 bytes, little-endian) and the magic.
+_FRAMING_BYTES = 3 * len(_MAGIC)
+
+# The columns without which a table means nothing; every version of the store wrote them.
+REQUIRED_COLUMNS: dict[StoreTable, tuple[str, ...]] = {
+    StoreTable.SLICES: ("id", "pid", "tid", "kind", "name", "start_ns", "dur_ns"),
+    StoreTable.COUNTERS: ("pid", "track", "ts_ns", "value"),
+    StoreTable.METRICS: ("slice_id", "metric", "value"),
+    StoreTable.MEMORY: ("pid", "ts_ns", "bytes"),
+}
+
+
+def partition_problem(run_dir: Path, table: StoreTable) -> str | None:
+    """A table's partition directory whose name is not ``rank=<integer>``, in words.
+
+    Args:
+        run_dir: the run directory.
+        table: which table.
+
+    Returns:
+        One line naming the first such directory, or None when every one is well named.
+    """
+    table_dir = run_dir / str(table)
+    if not table_dir.is_dir():
+        return None
+    for entry in sorted(table_dir.iterdir()):
+        if entry.name.startswith(RANK_PREFIX) and entry.is_dir() and rank_of(entry.name) is None:
+            return f"{table}/{entry.name}: a partition's name must be rank=<integer>"
+    return None
+
+
+def rank_of(name: str) -> int | None:
+    """The rank a partition directory's name gives (``rank=3``: 3), or None if it gives none."""
+    key, _, value = name.partition("=")
+    return int(value) if key == "rank" and value.isascii() and value.isdigit() else None
+
+
+def framing_problem(path: Path) -> str | None:
+    """Whether ``path`` is shaped as a Parquet file, read from its first and last bytes only.
+
+    Args:
+        path: a file.
+
+    Returns:
+        What is wrong in words (truncated, not Parquet), or None when the framing is sound.
+    """
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_MAGIC))
+            size = file.seek(0, 2)
+            if size < _FRAMING_BYTES:
+                return f"damaged Parquet file (only {size} bytes)"
+            file.seek(size - 2 * len(_MAGIC))
+            tail = file.read(2 * len(_MAGIC))
+    except FileNotFoundError:
+        return None  # a chunk made final and removed since the partition was listed
+    except OSError as error:
+        return f"unreadable ({error.strerror or error})"
+    if head != _MAGIC or tail[4:] != _MAGIC:
+        return "damaged Parquet file (no PAR1 marker: truncated, or not Parquet)"
+    (footer,) = struct.unpack("<I", tail[:4])
+    if footer > size - _FRAMING_BYTES:
+        return f"damaged Parquet file (a footer of {footer} bytes in a file of {size})"
+    return None
+
+
+def files_problem(run_dir: Path) -> str | None:
+    """The first badly named partition or badly framed file of a run, without Arrow.
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        One line naming the partition or file (relative to the run directory), or None.
+    """
+    for table in StoreTable:
+        problem = partition_problem(run_dir, table)
+        if problem is not None:
+            return problem
+        for path in _files(run_dir, table):
+            problem = framing_problem(path)
+            if problem is not None:
+                return f"{path.relative_to(run_dir)}: {problem}"
+    return None
+
+
+def table_problem(run_dir: Path, table: StoreTable) -> str | None:
+    """What makes a table unreadable as the store's, in one line; None when nothing does.
+
+    Checks partition names and, for every part and loose chunk, that its footer reads, that it
+    holds the required columns and that each column of the store's schema it holds has the
+    schema's kind of type (integer, floating point, string). No row is read.
+
+    Args:
+        run_dir: the run directory.
+        table: which table.
+
+    Returns:
+        The first problem found, naming the file relative to the run directory, or None.
+    """
+    problem = partition_problem(run_dir, table)
+    if problem is not None:
+        return problem
+    import pyarrow as pa  # only here: listing and loading a run need no Arrow
+    import pyarrow.parquet as pq
+
+    from dlprof.store.schema import SCHEMAS
+
+    expected = SCHEMAS[table]
+    for path in _files(run_dir, table):
+        where = path.relative_to(run_dir)
+        framing = framing_problem(path)
+        if framing is not None:
+            return f"{where}: {framing}"
+        try:
+            schema = pq.read_schema(path)
+        except FileNotFoundError:
+            continue  # a chunk made final and removed since the partition was listed
+        except (pa.ArrowInvalid, OSError) as error:
+            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+            return f"{where}: damaged Parquet file ({detail})"
+        missing = [name for name in REQUIRED_COLUMNS[table] if name not in schema.names]
+        if missing:
+            return f"{where}: no column {', '.join(repr(name) for name in missing)}"
+        for field in schema:
+            if field.name in expected.names:
+                want = _family(expected.field(field.name).type)
+                have = _family(field.type)
+                if have != want:
+                    return f"{where}: column '{field.name}' is {field.type}, not {want}"
+    return None
+
+
+def run_problem(run_dir: Path) -> str | None:
+    """The first problem of any table of a run (see :func:`table_problem`), or None."""
+    for table in StoreTable:
+        problem = table_problem(run_dir, table)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _files(run_dir: Path, table: StoreTable) -> Iterator[Path]:
+    table_dir = run_dir / str(table)
+    if not table_dir.is_dir():
+        return
+    for directory in sorted(table_dir.iterdir()):
+        if directory.is_dir() and rank_of(directory.name) is not None:
+            # Every file, chunks a part replaced included: telling which those are reads the
+            # parts' footers, which is what is being checked.
+            yield from sorted(directory.glob(PART_GLOB))
+            yield from sorted(directory.glob(CHUNK_GLOB))
+
+
+def _family(arrow_type: object) -> str:
+    """The kind of values a column holds, as the engines' casts see them."""
+    import pyarrow as pa
+
+    assert isinstance(arrow_type, pa.DataType)
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_integer(arrow_type):
+        return "an integer"
+    if pa.types.is_floating(arrow_type):
+        return "a floating-point number"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "a string"
+    return str(arrow_type)
