@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=argv, prog_name="dlprof", standalone_mode=False)
     except click.exceptions.Exit as done:
         return done.exit_code
+    except click.UsageError as error:
+        # One line, as every other error: the option at fault and where its help is.
+        command = error.ctx.command_path if error.ctx is not None else "dlprof"
+        print(f"dlprof: error: {error.format_message()} (see {command} --help)", file=sys.stderr)
+        return error.exit_code
     except click.ClickException as error:
         error.show()
         return error.exit_code
