@@ -58,5 +58,5 @@ def command(traces: tuple[Path, ...], out: Path | None) -> int:
     if changed:
         print(f"normalised to nest: {changed}")
     if manifest.dropped:
-        print(f"dropped {sum(manifest.dropped.values()):,} damaged events: {dropped_text(manifest.dropped)}")
+        print(f"dropped as damaged: {dropped_text(manifest.dropped)}")
     return 0

@@ -169,8 +169,10 @@ def convert_events(events: pa.Table, options: KinetoOptions, base_ns: int = 0) -
     slices = slice_rows(kept, naming, shift)
     is_memory = pc.fill_null(pc.and_(pc.equal(phase, "i"), pc.equal(name, _MEMORY_EVENT)), False)
     memory = memory_rows(events.filter(is_memory), shift)
-    counters = counter_rows(events.filter(pc.fill_null(pc.equal(phase, "C"), False)), shift)
-    metrics = metric_rows(kept, slices.column("id"))
+    counters, counter_values_left_out = counter_rows(events.filter(pc.fill_null(pc.equal(phase, "C"), False)), shift)
+    metrics, metric_values_left_out = metric_rows(kept, slices.column("id"))
+    if counter_values_left_out + metric_values_left_out:
+        damaged[str(Damage.VALUE)] = counter_values_left_out + metric_values_left_out
     known = pc.fill_null(pc.is_in(phase, pa.array(sorted(_KNOWN_PHASES))), False)
     skipped: dict[str, int] = {}
     for value in phase.filter(pc.invert(known)).to_pylist():

@@ -93,6 +93,9 @@ class Damage(StrEnum):
     DUR = "dur_missing_or_not_a_number"
     DUR_NEGATIVE = "dur_negative"
     DUR_RANGE = "dur_out_of_range"
+    # Not an event but one value of a counter's series (or a range's metric): a string where a
+    # number belongs, or a number past a float's range (1e400). Found as the rows are made.
+    VALUE = "counter_value_not_a_finite_number"
 
 
 # JSON types of the event itself and of the fields checked, from one more parse of the line.

@@ -177,7 +177,7 @@ def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], N
 def _nothing_kept(item: _Imported) -> str:
     """Why a trace with events gave no rows: they were all damaged, or none of a kind kept."""
     if item.dropped:
-        return f"{sum(item.dropped.values())} of its {item.events} events dropped: {dropped_text(item.dropped)}"
+        return f"its {item.events} events dropped as damaged: {dropped_text(item.dropped)}"
     return f"none of its {item.events} events is a complete event, counter or memory event"
 
 
@@ -260,7 +260,7 @@ def _manifest(
 def _dropped_note(item: _Imported) -> str:
     if not item.dropped:
         return ""
-    return f"; {sum(item.dropped.values()):,} damaged and dropped: {dropped_text(item.dropped)}"
+    return f"; dropped as damaged: {dropped_text(item.dropped)}"
 
 
 def _set_span(manifest: Manifest, out_dir: Path) -> None:
