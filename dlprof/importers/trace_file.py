@@ -192,6 +192,9 @@ def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int],
         tables = convert_xspace(read_xspace(info.path), XPlaneOptions(id_base=id_base(0, SLOT_IMPORT)))
     except XPlaneError as error:
         raise TraceImportError(str(error)) from None
+    except OverflowError:  # a time or a number stat past int64: refused, not stored wrapped
+        raise TraceImportError(f"{info.path}: a time or number past int64, not an XPlane profile TensorFlow "
+                               "writes") from None
     header = {"host_name": tables.hostnames[0] if tables.hostnames else "", "deviceProperties": tables.devices}
     for table, data in ((StoreTable.SLICES, tables.slices), (StoreTable.MEMORY, tables.memory)):
         _write(writer, table, data, 0)

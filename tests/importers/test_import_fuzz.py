@@ -201,3 +201,72 @@ def test_one_damaged_field_drops_its_event_and_nothing_else(field: str, value: A
         kept = slices.loc[slices["id"].idxmax()]  # ids follow file order: the event added last
         assert kept.start_ns == BASE_NS + microseconds_to_ns(lone["ts"])
         assert kept.dur_ns == microseconds_to_ns(lone["dur"])
+
+
+def xspace_bytes(times: dict[str, int], stats: dict[str, int | float | str]) -> bytes:
+    """A small XSpace as TensorFlow's profiler lays one out: an op and an allocation on a host
+    thread, a kernel on a GPU stream, with the given times and stat values."""
+    from dlprof.importers.xplane import XPlaneError, xplane_module
+
+    try:
+        space = xplane_module().XSpace()
+    except XPlaneError as error:
+        pytest.skip(str(error))
+    task = space.planes.add(name="Task Environment")
+    task.stat_metadata[1].id, task.stat_metadata[1].name = 1, "profile_start_time"
+    task.stats.add(metadata_id=1, uint64_value=times["profile_start_time"])
+    host = space.planes.add(name="/host:CPU")
+    for metadata_id, name in ((1, "dense/MatMul:MatMul"), (2, "MemoryAllocation")):
+        host.event_metadata[metadata_id].id, host.event_metadata[metadata_id].name = metadata_id, name
+    for stat_id, name in enumerate(stats, 1):
+        host.stat_metadata[stat_id].id, host.stat_metadata[stat_id].name = stat_id, name
+    line = host.lines.add(id=5, name="tf_Compute", timestamp_ns=times["timestamp_ns"])
+    line.events.add(metadata_id=times["metadata_id"], offset_ps=times["offset_ps"], duration_ps=times["duration_ps"])
+    allocation = line.events.add(metadata_id=2, offset_ps=1000, duration_ps=0)
+    for stat_id, value in enumerate(stats.values(), 1):
+        if isinstance(value, str):
+            allocation.stats.add(metadata_id=stat_id, str_value=value)
+        elif isinstance(value, float):
+            allocation.stats.add(metadata_id=stat_id, double_value=value)
+        elif value >= 2**63:
+            allocation.stats.add(metadata_id=stat_id, uint64_value=value)
+        else:
+            allocation.stats.add(metadata_id=stat_id, int64_value=value)
+    gpu = space.planes.add(name="/device:GPU:0")
+    gpu.event_metadata[1].id, gpu.event_metadata[1].name = 1, "volta_sgemm_128x64_nn"
+    gpu.stat_metadata[1].id, gpu.stat_metadata[1].name = 1, "correlation_id"
+    kernel = gpu.lines.add(id=7, name="Stream #7(Compute)", timestamp_ns=times["timestamp_ns"]).events.add(
+        metadata_id=1, offset_ps=times["offset_ps"], duration_ps=times["duration_ps"])
+    correlation = stats.get("correlation_id", 42)
+    kernel.stats.add(metadata_id=1, uint64_value=correlation % 2**64 if isinstance(correlation, int) else 42)
+    return bytes(space.SerializeToString())
+
+
+int64s = st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1),
+                   st.sampled_from([0, -1, 1000, 2**62, 2**63 - 1, -(2**63)]))
+stat_values = st.one_of(int64s, st.integers(min_value=2**63, max_value=2**64 - 1),
+                        st.floats(allow_nan=False), st.text(max_size=4))
+
+
+@pytest.mark.tf
+@settings(derandomize=True, deadline=None, max_examples=30)
+@given(times=st.fixed_dictionaries({
+           "profile_start_time": st.one_of(st.just(BASE_NS), st.integers(min_value=0, max_value=2**64 - 1)),
+           "timestamp_ns": st.one_of(st.just(1000), int64s), "offset_ps": st.one_of(st.just(2000), int64s),
+           "duration_ps": st.one_of(st.just(5000), int64s), "metadata_id": st.one_of(st.just(1), int64s)}),
+       stats=st.dictionaries(st.sampled_from(["allocation_bytes", "bytes_allocated", "addr", "allocator_name",
+                                              "correlation_id"]), stat_values, max_size=3))
+def test_mutated_xplane_profiles_import_or_fail_in_one_line(times: dict[str, int],
+                                                            stats: dict[str, int | float | str]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path, run_dir = Path(folder) / "host.xplane.pb", Path(folder) / "run"
+        path.write_bytes(xspace_bytes(times, stats))
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            status = main(["import", "-o", str(run_dir), str(path)])
+        if status == 2:
+            assert stderr.getvalue().startswith("dlprof: error: ") and stderr.getvalue().count("\n") == 1
+            assert not run_dir.exists()
+        else:
+            assert status == 0, stderr.getvalue()
+            assert dlprof.load(run_dir).status is RunStatus.COMPLETE
