@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingCo
 
 from dlprof.cli.common import UsageError, progress_bar
 from dlprof.config import RUNS_DIR
-from dlprof.importers.trace_file import TraceImportError, import_traces
+from dlprof.importers.trace_file import TraceImportError, dropped_text, import_traces
 
 HELP = """Import trace files into a run, so every dlprof command works on them.
 
@@ -57,4 +57,6 @@ def command(traces: tuple[Path, ...], out: Path | None) -> int:
     print(f"imported {len(traces)} file(s), {events} events, ranks {manifest.ranks}: {run_dir}")
     if changed:
         print(f"normalised to nest: {changed}")
+    if manifest.dropped:
+        print(f"dropped as damaged: {dropped_text(manifest.dropped)}")
     return 0

@@ -141,7 +141,8 @@ class ChunkedTrace:
             self.header = _parse_object(buffer)
             if "traceEvents" not in self.header:
                 raise TraceFormatError("not a Chrome trace: no traceEvents")
-            self.header.pop("traceEvents")
+            if not isinstance(self.header.pop("traceEvents"), list):
+                raise TraceFormatError("not a Chrome trace: traceEvents is not an array")
             return
         yield from self._events(buffer[match.end():], parse, header_prefix=buffer[: match.start()])
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.importers.chunked_json import ChunkedTrace, gc_paused, open_stream
-from dlprof.importers.kineto_events import EventParser, events_from_dicts
+from dlprof.importers.kineto_events import Damage, EventParser, events_from_dicts
 from dlprof.importers.kineto_rows import (
     STEP_PREFIX,
     SliceNaming,
@@ -34,10 +34,11 @@ from dlprof.importers.kineto_rows import (
     metric_rows,
     slice_rows,
 )
+from dlprof.importers.trace_header import base_time_ns, device_list
 from dlprof.keys import CLOCK_MARKER
 
-__all__ = ["STEP_PREFIX", "KinetoOptions", "KinetoTables", "clock_offset",
-           "convert_events", "convert_file", "convert_trace", "gc_paused", "read_trace"]
+__all__ = ["STEP_PREFIX", "KinetoOptions", "KinetoTables", "clock_offset", "convert_events",
+           "convert_file", "convert_trace", "drop_damaged", "gc_paused", "read_trace"]
 
 # Slices that describe the trace rather than the program.
 _SKIPPED_CATEGORIES = frozenset({"Trace"})
@@ -71,6 +72,8 @@ class KinetoTables:
     clock_offset_ns: int = 0
     clock_bounds_ns: tuple[int, int] | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    # Events dropped as damaged, per reason (a Damage value): see dlprof.importers.kineto_events.
+    dropped: dict[str, int] = field(default_factory=dict)
     # The trace's deviceProperties (GPU name, SMs, memory...), as Kineto recorded them.
     devices: list[dict[str, Any]] = field(default_factory=list)
 
@@ -98,12 +101,14 @@ def convert_trace(trace: dict[str, Any], options: KinetoOptions) -> KinetoTables
 
     Returns:
         The rows, with epoch-nanosecond timestamps on the run's clock.
+
+    Raises:
+        HeaderError: ``baseTimeNanoseconds`` or ``deviceProperties`` is wrong.
     """
     events = trace.get("traceEvents", ())
-    base = trace.get("baseTimeNanoseconds", 0)
     tables = convert_events(events_from_dicts(events if isinstance(events, list) else []), options,
-                            int(base) if isinstance(base, (int, float)) else 0)
-    tables.devices = [d for d in trace.get("deviceProperties", ()) if isinstance(d, dict)]
+                            base_time_ns(trace))
+    tables.devices = device_list(trace)
     return tables
 
 
@@ -116,6 +121,7 @@ def convert_file(path: Path, options: KinetoOptions) -> KinetoTables:
     Raises:
         OSError: the file cannot be read.
         TraceFormatError: it is not a Chrome trace.
+        HeaderError: ``baseTimeNanoseconds`` or ``deviceProperties`` is wrong.
     """
     parser = EventParser()
     with open_stream(path) as (stream, _):
@@ -123,9 +129,8 @@ def convert_file(path: Path, options: KinetoOptions) -> KinetoTables:
         pieces = list(trace.pieces(lambda piece: parser(piece, trace.layout, trace.indent)))
     events = pa.concat_tables(pieces) if pieces else parser.table(b"")
     assert events is not None
-    base = trace.header.get("baseTimeNanoseconds", 0)
-    tables = convert_events(events, options, int(base) if isinstance(base, (int, float)) else 0)
-    tables.devices = [d for d in trace.header.get("deviceProperties", ()) if isinstance(d, dict)]
+    tables = convert_events(events, options, base_time_ns(trace.header))
+    tables.devices = device_list(trace.header)
     return tables
 
 
@@ -140,6 +145,7 @@ def convert_events(events: pa.Table, options: KinetoOptions, base_ns: int = 0) -
     Returns:
         The rows, with epoch-nanosecond timestamps on the run's clock.
     """
+    events, damaged = drop_damaged(events)
     phase = events.column("ph")
     category = events.column("cat").fill_null("")
     name = events.column("name").fill_null("")
@@ -163,13 +169,32 @@ def convert_events(events: pa.Table, options: KinetoOptions, base_ns: int = 0) -
     slices = slice_rows(kept, naming, shift)
     is_memory = pc.fill_null(pc.and_(pc.equal(phase, "i"), pc.equal(name, _MEMORY_EVENT)), False)
     memory = memory_rows(events.filter(is_memory), shift)
-    counters = counter_rows(events.filter(pc.fill_null(pc.equal(phase, "C"), False)), shift)
-    metrics = metric_rows(kept, slices.column("id"))
+    counters, counter_values_left_out = counter_rows(events.filter(pc.fill_null(pc.equal(phase, "C"), False)), shift)
+    metrics, metric_values_left_out = metric_rows(kept, slices.column("id"))
+    if counter_values_left_out + metric_values_left_out:
+        damaged[str(Damage.VALUE)] = counter_values_left_out + metric_values_left_out
     known = pc.fill_null(pc.is_in(phase, pa.array(sorted(_KNOWN_PHASES))), False)
     skipped: dict[str, int] = {}
     for value in phase.filter(pc.invert(known)).to_pylist():
         skipped[str(value)] = skipped.get(str(value), 0) + 1
-    return KinetoTables(slices, memory, counters, metrics, offset, bounds, skipped)
+    return KinetoTables(slices, memory, counters, metrics, offset, bounds, skipped, damaged)
+
+
+def drop_damaged(events: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    """The events whose fields passed the checks, and how many others were dropped, per reason.
+
+    Args:
+        events: typed events with their ``damage`` column (see :class:`Damage`).
+
+    Returns:
+        The sound events, and ``{reason: count}`` for the rest.
+    """
+    damage = events.column("damage")
+    if damage.null_count == len(damage):
+        return events, {}
+    counts = pc.value_counts(damage.drop_null()).to_pylist()
+    dropped = {str(Damage(row["values"])): row["counts"] for row in counts}
+    return events.filter(pc.is_null(damage)), dropped
 
 
 def clock_offset(

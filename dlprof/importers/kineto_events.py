@@ -14,14 +14,21 @@ event per line become lines by replacing bytes (a raw newline is never inside a 
 newlines inside an event are spaces to a parser); any other layout is parsed with orjson and
 written back one event a line. The columns are in :data:`COLUMNS`; integers that name a thread,
 process or stream may be strings in a trace (``"Spans"``): those get a stable number
-(:func:`as_int`), as before. A value of the wrong type reads as null. Where validation of a field
-(ranges, counts of what was dropped) belongs, it belongs in :data:`_SELECT`.
+(:func:`as_int`), as before.
+
+Each event is checked here, once, in the same query (:class:`Damage`): an event that is not an
+object, has no phase, or of a phase that is read (``X``, ``C``, ``i``) has a name that is not a
+string, a time that is not a number or lies outside :data:`MAX_TIME_NS`, a negative duration, or
+arguments that are not an object, gets the reason in its ``damage`` column;
+:func:`dlprof.importers.kineto.convert_events` drops it and counts it. Other values of the wrong
+type inside ``args`` read as null.
 """
 
 from __future__ import annotations
 
 import threading
 import zlib
+from enum import StrEnum
 from typing import Any
 
 import duckdb
@@ -64,6 +71,52 @@ _ARGS: dict[str, tuple[str, str]] = {
 }
 _TOP = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "BIGINT", "tid": "BIGINT",
         "ts": "DOUBLE", "dur": "DOUBLE"}
+
+# The largest time or duration kept, in ns (about the year 2065 as an epoch time): a trace's base,
+# an event's start and its duration each this large still add up inside int64.
+MAX_TIME_NS = 3 * 10**18
+_MAX_TIME_US = MAX_TIME_NS // 1000
+# Phases whose fields are read: complete events, counters, instants ([memory]).
+_READ_PHASES = ("X", "C", "i", "I")
+
+
+class Damage(StrEnum):
+    """Why an event was dropped: the first field found wrong, named as the manifest counts it."""
+
+    NOT_AN_OBJECT = "not_an_object"
+    NO_PHASE = "ph_missing_or_not_a_string"
+    NAME = "name_missing_or_not_a_string"
+    CATEGORY = "cat_not_a_string"
+    ARGS = "args_not_an_object"
+    TS = "ts_missing_or_not_a_number"
+    TS_RANGE = "ts_out_of_range"
+    DUR = "dur_missing_or_not_a_number"
+    DUR_NEGATIVE = "dur_negative"
+    DUR_RANGE = "dur_out_of_range"
+    # Not an event but one value of a counter's series (or a range's metric): a string where a
+    # number belongs, or a number past a float's range (1e400). Found as the rows are made.
+    VALUE = "counter_value_not_a_finite_number"
+
+
+# JSON types of the event itself and of the fields checked, from one more parse of the line.
+_TYPED_PATHS = ("$", "$.ph", "$.name", "$.cat", "$.args", "$.ts", "$.dur")
+_NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
+# The first thing wrong with an event (t is its list of types, 1-based as _TYPED_PATHS), or NULL.
+# A JSON null stands for an absent cat or args, which are optional.
+_DAMAGE = f"""CASE
+    WHEN t[1] IS DISTINCT FROM 'OBJECT' THEN '{Damage.NOT_AN_OBJECT}'
+    WHEN t[2] IS DISTINCT FROM 'VARCHAR' THEN '{Damage.NO_PHASE}'
+    WHEN e.ph NOT IN {_READ_PHASES} THEN NULL
+    WHEN t[3] IS DISTINCT FROM 'VARCHAR' THEN '{Damage.NAME}'
+    WHEN t[4] NOT IN ('VARCHAR', 'NULL') THEN '{Damage.CATEGORY}'
+    WHEN t[5] NOT IN ('OBJECT', 'NULL') THEN '{Damage.ARGS}'
+    WHEN t[6] IS NULL OR t[6] NOT IN {_NUMBER} THEN '{Damage.TS}'
+    WHEN NOT abs(e.ts) <= {_MAX_TIME_US} THEN '{Damage.TS_RANGE}'
+    WHEN e.ph <> 'X' THEN NULL
+    WHEN t[7] IS NULL OR t[7] NOT IN {_NUMBER} THEN '{Damage.DUR}'
+    WHEN e.dur < 0 THEN '{Damage.DUR_NEGATIVE}'
+    WHEN NOT e.dur <= {_MAX_TIME_US} THEN '{Damage.DUR_RANGE}'
+END"""
 _STRUCTURE = orjson.dumps({**_TOP, "args": {key: kind for key, (_, kind) in _ARGS.items()}}).decode()
 # Numbers that may be written as names: the text of those that are not numbers, for as_int.
 _NAMED_NUMBERS = ("pid", "tid", "stream")
@@ -71,7 +124,7 @@ _NAMED_NUMBERS = ("pid", "tid", "stream")
 # A name where a number belongs reads as null from the typed struct; its JSON text is then taken
 # from the line (rarely: "Spans", "Traces"), for as_int. Likewise a stream written as text.
 _SELECT = f"""
-SELECT e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
+SELECT {_DAMAGE} AS damage, e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
        {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items())},
        e.args.stream IS NOT NULL OR (strpos(line, '"stream"') > 0 AND json_exists(line, '$.args.stream'))
            AS has_stream,
@@ -87,11 +140,12 @@ SELECT e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.t
        CASE WHEN e.args.stream IS NULL AND strpos(line, '"stream"') > 0
             THEN CAST(json_extract(line, '$.args.stream') AS VARCHAR) END AS stream_text
 -- OFFSET 0 keeps the parse in its subquery: inlined, it would run once for each use of e
-FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e FROM lines OFFSET 0)
-WHERE e IS NOT NULL
+FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e,
+             json_type(line, {list(_TYPED_PATHS)}) AS t FROM lines OFFSET 0)
 """
 
 _SPACE = b" \t\r\n"
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class EventParser:
@@ -143,14 +197,18 @@ def events_from_dicts(events: list[dict[str, Any]], parser: EventParser | None =
 
 
 def as_int(value: Any) -> int:
-    """A number from a field that should hold one: the number, or a stable one for a name."""
-    if isinstance(value, int):
-        return value
+    """A number from a field that should hold one: the number, or a stable one for a name.
+
+    A number outside int64 (``2**64``) is numbered as a name is, so it still fits its column.
+    """
     try:
-        return int(value, 0) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        # A name where a number belongs ("Spans"): the same number for it on every import.
-        return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
+        number = value if isinstance(value, int) else int(value, 0) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if number is not None and _INT64_MIN <= number <= _INT64_MAX:
+        return number
+    # A name where a number belongs ("Spans"): the same number for it on every import.
+    return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
 
 
 def _event_strings(piece: bytes, layout: Layout, indent: bytes) -> pa.StringArray | None:
@@ -198,8 +256,8 @@ def _event_strings(piece: bytes, layout: Layout, indent: bytes) -> pa.StringArra
 
 
 def _dumped(events: list[dict[str, Any]] | Any) -> bytes:
-    """Events written back one a line; anything but an object becomes an empty one."""
-    return b"\n".join(orjson.dumps(e) if isinstance(e, dict) else b"{}" for e in events)
+    """Events written back one a line (what is not an object is kept, to be counted as damage)."""
+    return b"\n".join(orjson.dumps(e) for e in events)
 
 
 def _line_array(lines: bytes) -> pa.StringArray:

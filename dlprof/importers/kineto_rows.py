@@ -11,6 +11,8 @@ collectives (their byte counts)::
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,47 +173,62 @@ def memory_rows(events: pa.Table, shift_ns: int) -> pa.Table:
     })
 
 
-def counter_rows(events: pa.Table, shift_ns: int) -> pa.Table:
-    """The counters table of ``C`` events: one row per series (``name.series``)."""
+def counter_rows(events: pa.Table, shift_ns: int) -> tuple[pa.Table, int]:
+    """The counters table of ``C`` events: one row per series (``name.series``).
+
+    Returns:
+        The rows, and how many series values were left out for not being finite numbers.
+    """
     pids, tracks, times, values = [], [], [], []
+    left_out = 0
     ts_ns = us_to_ns(events.column("ts")) + shift_ns
     for i, (pid, name, raw) in enumerate(zip(events.column("pid").to_pylist(), events.column("name").to_pylist(),
                                              events.column("raw").to_pylist(), strict=True)):
-        args = orjson.loads(raw).get("args") if raw else None
-        for series, value in (args.items() if isinstance(args, dict) else ()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                pids.append(_NONE_NUMBER if pid is None else pid)
-                tracks.append(f"{name or ''}.{series}")
-                times.append(int(ts_ns[i]))
-                values.append(float(value))
+        for series, value in open_args(raw).items():
+            number = finite(value)
+            if number is None:
+                left_out += 1
+                continue
+            pids.append(_NONE_NUMBER if pid is None else pid)
+            tracks.append(f"{name or ''}.{series}")
+            times.append(int(ts_ns[i]))
+            values.append(number)
     return pa.table({
         "pid": pa.array(pids, pa.int64()),
         "device": _dictionary(pa.array(["cpu"] * len(pids), pa.string())),
         "track": _dictionary(pa.array(tracks, pa.string())),
         "ts_ns": pa.array(times, pa.int64()),
         "value": pa.array(values, pa.float64()),
-    })
+    }), left_out
 
 
-def metric_rows(slices_events: pa.Table, slice_ids: pa.ChunkedArray | pa.Array) -> pa.Table:
+def metric_rows(slices_events: pa.Table, slice_ids: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, int]:
     """Per-kernel counters of Kineto's CUPTI range profiler, as metrics of their range's slice.
 
     Args:
         slices_events: the events that became slices, in slice order.
         slice_ids: the ids those slices were given.
+
+    Returns:
+        The rows, and how many numbers were left out for not being finite (1e400).
     """
     ranges = pc.fill_null(pc.equal(slices_events.column("cat"), PROFILER_RANGE), False)
     positions = np.flatnonzero(ranges.to_numpy(zero_copy_only=False))
     ids = np.asarray(slice_ids.to_numpy())
     owners, names, values = [], [], []
+    left_out = 0
     raws = slices_events.column("raw").take(pa.array(positions, pa.int64())).to_pylist()
     for position, raw in zip(positions.tolist(), raws, strict=True):
-        args = orjson.loads(raw).get("args") if raw else None
-        for key, value in (args.items() if isinstance(args, dict) else ()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                owners.append(int(ids[position]))
-                names.append(f"cupti:{key}")
-                values.append(float(value))
+        for key, value in open_args(raw).items():
+            if not _is_number(value):
+                continue  # a range's other arguments (its name, ids) are not metrics
+            number = finite(value)
+            if number is None:
+                left_out += 1
+                continue
+            owners.append(int(ids[position]))
+            names.append(f"cupti:{key}")
+            values.append(number)
     count = len(owners)
     return pa.table({
         "slice_id": pa.array(owners, pa.int64()),
@@ -219,7 +236,37 @@ def metric_rows(slices_events: pa.Table, slice_ids: pa.ChunkedArray | pa.Array) 
         "value": pa.array(values, pa.float64()),
         "scope": _dictionary(pa.array(["kernel"] * count, pa.string())),
         "method": _dictionary(pa.array(["exact"] * count, pa.string())),
-    })
+    }), left_out
+
+
+def open_args(raw: str | None) -> dict[str, Any]:
+    """The ``args`` of an event kept as its JSON text (counters, range metrics); {} if none."""
+    if not raw:
+        return {}
+    try:
+        event = orjson.loads(raw)
+    except orjson.JSONDecodeError:  # a number orjson refuses (1e400): Python's reader takes it
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            return {}
+    args = event.get("args") if isinstance(event, dict) else None
+    return args if isinstance(args, dict) else {}
+
+
+def finite(value: Any) -> float | None:
+    """A JSON number as a float, or None where it is not a number or not finite."""
+    if not _is_number(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past 1e308
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def us_to_ns(us: pa.ChunkedArray | pa.Array) -> np.ndarray:

@@ -10,6 +10,12 @@ the memory table; TensorFlow's and JAX's profiles (``.xplane.pb``) go through
 :mod:`dlprof.importers.xplane`. Files are streamed (:mod:`dlprof.importers.trace_stream`): each
 piece's rows are written as a chunk before the next piece is read. Nesting, and what it had to
 change, is decided once when each rank is compacted.
+
+Hostile input: a file-level field of the wrong type or out of range refuses the file
+(:mod:`dlprof.importers.trace_header`); a damaged event is dropped and counted per reason
+(:mod:`dlprof.importers.kineto_events`), in the manifest's ``dropped``. A file from which nothing
+could be imported is refused. A failed import removes what it wrote, so no run is left behind
+marked ``running``.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ import pyarrow.compute as pc
 from dlprof.importers.chunked_json import TraceFormatError
 from dlprof.importers.kineto import KinetoTables
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
+from dlprof.importers.trace_header import device_list, world_size
 from dlprof.importers.trace_stream import (
     ChromeTraceRows,
     TraceImportError,
     TraceInfo,
+    checked_header,
     open_trace,
     probe,
     read_whole,
@@ -46,7 +54,7 @@ from dlprof.store.writer import RankWriter
 # Bytes read so far and in all, for a progress display.
 Progress = Callable[[int, int], None]
 
-__all__ = ["TraceImportError", "import_traces"]
+__all__ = ["TraceImportError", "dropped_text", "import_traces"]
 
 
 @dataclass
@@ -55,6 +63,7 @@ class _Imported:
 
     info: TraceInfo
     events: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # damaged events, per reason
     source: str = "chrome-trace"  # the format, as the manifest names the importer
     header: dict[str, Any] = field(default_factory=dict)  # the whole header, once read
     clocks: list[ClockDomain] = field(default_factory=list)
@@ -72,7 +81,8 @@ def import_traces(
     Args:
         paths: Chrome/Kineto traces (``.json``, ``.json.gz``), raw memory timelines, or XPlane
             profiles (``.xplane.pb``).
-        out_dir: the run directory to create; removed again if an import fails.
+        out_dir: the run directory to create; removed again (or emptied, if it existed) if the
+            import fails for any reason.
         command: the command line to record in the manifest.
         progress: told bytes done and bytes in all as the files are read.
 
@@ -88,7 +98,7 @@ def import_traces(
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         return _import(infos, ranks, out_dir, command, progress)
-    except TraceImportError:
+    except BaseException:  # a bug or ^C as well: never leave a half-written run marked running
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         else:
@@ -118,8 +128,13 @@ def _import(infos: list[TraceInfo], ranks: list[int], out_dir: Path, command: li
             manifest.counts[name] = manifest.counts.get(name, 0) + count
         for name, count in report.as_counts().items():
             manifest.normalised[name] = manifest.normalised.get(name, 0) + count
+        if not any(counts.values()) and imported[-1].source == "chrome-trace":
+            raise TraceImportError(f"{info.path}: nothing to import ({_nothing_kept(imported[-1])})")
     final = _manifest(out_dir, imported, ranks, command)
     final.start_ns, final.counts, final.normalised = manifest.start_ns, manifest.counts, manifest.normalised
+    for item in imported:
+        for reason, count in item.dropped.items():
+            final.dropped[reason] = final.dropped.get(reason, 0) + count
     _set_span(final, out_dir)
     final.status = RunStatus.COMPLETE
     final.write(out_dir)
@@ -147,13 +162,28 @@ def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], N
             for tables, events in rows:
                 _keep(writer, tables, info.base_ns)
                 item.events += events
+                for reason, count in tables.dropped.items():
+                    item.dropped[reason] = item.dropped.get(reason, 0) + count
                 advance(file.tell())
         except TraceFormatError as error:
             raise TraceImportError(f"{info.path}: {error}") from None
+        checked_header(info.path, rows.header)  # with the keys written after the events
         item.header = rows.header
     if item.events == 0:
         raise TraceImportError(f"{info.path}: an empty trace (no events)")
     return item
+
+
+def _nothing_kept(item: _Imported) -> str:
+    """Why a trace with events gave no rows: they were all damaged, or none of a kind kept."""
+    if item.dropped:
+        return f"its {item.events} events dropped as damaged: {dropped_text(item.dropped)}"
+    return f"none of its {item.events} events is a complete event, counter or memory event"
+
+
+def dropped_text(dropped: dict[str, int]) -> str:
+    """Damaged events per reason, on one line: ``ts missing or not a number: 2, dur negative: 1``."""
+    return ", ".join(f"{reason.replace('_', ' ')}: {count:,}" for reason, count in dropped.items())
 
 
 def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:
@@ -162,6 +192,9 @@ def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int],
         tables = convert_xspace(read_xspace(info.path), XPlaneOptions(id_base=id_base(0, SLOT_IMPORT)))
     except XPlaneError as error:
         raise TraceImportError(str(error)) from None
+    except OverflowError:  # a time or a number stat past int64: refused, not stored wrapped
+        raise TraceImportError(f"{info.path}: a time or number past int64, not an XPlane profile TensorFlow "
+                               "writes") from None
     header = {"host_name": tables.hostnames[0] if tables.hostnames else "", "deviceProperties": tables.devices}
     for table, data in ((StoreTable.SLICES, tables.slices), (StoreTable.MEMORY, tables.memory)):
         _write(writer, table, data, 0)
@@ -207,11 +240,10 @@ def _rebase(batch: pa.Table, base_ns: int, rank: int) -> pa.Table:
 def _manifest(
     out_dir: Path, parsed: list[_Imported], ranks: list[int], command: list[str] | None
 ) -> Manifest:
-    first = parsed[0].header
-    devices = [d for d in first.get("deviceProperties", ()) if isinstance(d, dict)]
-    info = first.get("distributedInfo") if isinstance(first.get("distributedInfo"), dict) else {}
-    world = info.get("world_size") if isinstance(info, dict) else None
-    notes = [f"rank {rank}: {item.info.path.name} ({item.events} events)" for rank, item in zip(ranks, parsed, strict=True)]
+    first = parsed[0].header  # checked: see trace_header
+    world = world_size(first)
+    notes = [f"rank {rank}: {item.info.path.name} ({item.events} events{_dropped_note(item)})"
+             for rank, item in zip(ranks, parsed, strict=True)]
     return Manifest(
         name=out_dir.name,
         command=command or ["dlprof", "import", *(str(item.info.path) for item in parsed)],
@@ -219,13 +251,19 @@ def _manifest(
         writer_pid=os.getpid(),
         start_ns=time.time_ns(),
         host=HostInfo(hostname=str(first.get("host_name", ""))),
-        devices=devices,
+        devices=device_list(first),
         collectors=[CollectorInfo(name=f"import:{source}", version=str(first.get("schemaVersion", "")), notes=notes)
                     for source in dict.fromkeys(item.source for item in parsed)],
         clocks=[clock for item in parsed for clock in item.clocks],
         ranks=sorted(ranks),
-        world_size=world if isinstance(world, int) and world > 0 else max(len(ranks), max(ranks) + 1),
+        world_size=world or max(len(ranks), max(ranks) + 1),
     )
+
+
+def _dropped_note(item: _Imported) -> str:
+    if not item.dropped:
+        return ""
+    return f"; dropped as damaged: {dropped_text(item.dropped)}"
 
 
 def _set_span(manifest: Manifest, out_dir: Path) -> None:

@@ -29,9 +29,17 @@ import orjson
 from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError, open_stream
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_events
 from dlprof.importers.kineto_events import EventParser
+from dlprof.importers.trace_header import (
+    HeaderError,
+    base_time_ns,
+    check_header,
+    checked_base_time,
+    stated_rank,
+)
 
 _TAIL_BYTES = 1 << 20  # the end of a file searched for keys written after the events
-_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(-?\d+)')
+# A number's text whole (1e300 too), so that what is not a whole number is refused, not cut short.
+_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(-?[0-9][0-9.eE+-]*)')
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
@@ -50,9 +58,8 @@ class TraceInfo:
 
     @property
     def stated_rank(self) -> int | None:
-        info = self.header.get("distributedInfo")
-        rank = info.get("rank") if isinstance(info, dict) else None
-        return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+        """The rank the header states (checked by :func:`probe`), or None."""
+        return stated_rank(self.header)
 
 
 @contextmanager
@@ -78,10 +85,18 @@ def probe(path: Path, is_xplane: bool) -> TraceInfo:
         if start.lstrip()[:2] == b"[[":  # a raw memory timeline is an array of arrays
             return TraceInfo(path, "memory-timeline")
         header = _leading_header(path, start, stream)
-    base = header.get("baseTimeNanoseconds")
+    checked_header(path, header)
     info = TraceInfo(path, "chrome-trace", header)
-    info.base_ns = int(base) if isinstance(base, (int, float)) else _trailing_base(path)
+    info.base_ns = base_time_ns(header) if "baseTimeNanoseconds" in header else _trailing_base(path)
     return info
+
+
+def checked_header(path: Path, header: dict[str, Any]) -> None:
+    """:func:`~dlprof.importers.trace_header.check_header`, failing with a :class:`TraceImportError`."""
+    try:
+        check_header(header)
+    except HeaderError as error:
+        raise TraceImportError(f"{path}: {error}") from None
 
 
 def read_whole(path: Path) -> bytes:
@@ -161,8 +176,13 @@ def _trailing_base(path: Path) -> int:
             while block := _read(path, stream, CHUNK_BYTES):
                 tail = (tail + block)[-_TAIL_BYTES:]
     found = list(_BASE_TIME.finditer(tail))
-    return int(found[-1].group(1)) if found else 0
+    try:
+        return checked_base_time(orjson.loads(found[-1].group(1))) if found else 0
+    except orjson.JSONDecodeError:
+        raise TraceImportError(f"{path}: baseTimeNanoseconds is not a number") from None
+    except HeaderError as error:
+        raise TraceImportError(f"{path}: {error}") from None
 
 
-__all__ = ["ChromeTraceRows", "TraceFormatError", "TraceImportError", "TraceInfo", "open_trace", "probe",
-           "read_whole"]
+__all__ = ["ChromeTraceRows", "TraceFormatError", "TraceImportError", "TraceInfo", "checked_header",
+           "open_trace", "probe", "read_whole"]

@@ -49,7 +49,7 @@ from dlprof.importers.kineto import clock_offset, gc_paused
 from dlprof.importers.tf_ops import TfOp, parse_op_event, tf_op
 from dlprof.importers.xplane_devices import DEVICE_PLANE, device_plane
 from dlprof.importers.xplane_rows import EventClass, MemoryRows, SliceRows, Track
-from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, fold_id, scalar
+from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, as_int64, fold_id, scalar
 from dlprof.keys import CLOCK_MARKER, Kind
 from dlprof.store.manifest import ClockDomain
 
@@ -281,7 +281,7 @@ class _Converter:
                 if kind is Kind.RUNTIME:
                     correlation = stats.value(event, "correlation_id")
                     if correlation is not None:
-                        rows.sparse["correlation_id"][len(rows) - 1] = int(correlation)
+                        rows.sparse["correlation_id"][len(rows) - 1] = as_int64(correlation)
 
     def _classify(self, plane: Any, metadata_id: int, event: Any, stats: StatNames,
                   kind: Kind | None) -> EventClass | _Marker:
@@ -333,10 +333,10 @@ class _Converter:
             f"cuda:{gpu.group(1)}" if gpu else "cpu",
             tid=tid,
             ts=start_ps // 1000,
-            bytes=marker.sign * int(stats.value(event, "allocation_bytes") or 0),
-            total_allocated=int(stats.value(event, "bytes_allocated") or 0),
-            total_reserved=int(stats.value(event, "bytes_reserved") or 0),
-            addr=int(stats.value(event, "addr") or 0),
+            bytes=marker.sign * (as_int64(stats.value(event, "allocation_bytes")) or 0),
+            total_allocated=as_int64(stats.value(event, "bytes_allocated")) or 0,
+            total_reserved=as_int64(stats.value(event, "bytes_reserved")) or 0,
+            addr=as_int64(stats.value(event, "addr")) or 0,
         )
 
 def _op_class(op: TfOp, category: str, args: str | None = None) -> EventClass:
@@ -351,7 +351,7 @@ def _time_base(planes: list[Any]) -> tuple[int, str]:
         names = {m.id: m.name for m in task.stat_metadata.values()}
         for stat in task.stats:
             if names.get(stat.metadata_id) == "profile_start_time":
-                start = int(scalar(stat, task) or 0)
+                start = as_int64(scalar(stat, task)) or 0
     latest = max((line.timestamp_ns for p in planes for line in p.lines), default=0)
     if start and latest < start // 2:
         return start, "line timestamp_ns + offset_ps/1000 + profile_start_time of the Task Environment plane"

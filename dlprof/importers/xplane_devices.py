@@ -14,7 +14,7 @@ from typing import Any
 
 from dlprof.importers.tf_ops import parse_op_event
 from dlprof.importers.xplane_rows import EventClass, SliceRows, Track
-from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, fold_id, scalar
+from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, as_int64, fold_id, scalar
 from dlprof.keys import Kind
 
 DEVICE_PLANE = re.compile(r"/device:(?P<type>[A-Z]+):(?P<index>\d+)")
@@ -61,7 +61,7 @@ def device_plane(plane: Any, base_ns: int, device: re.Match[str], rows: SliceRow
             rows.dur.append((start_ps + event.duration_ps) // 1000 - start_ps // 1000)
             sparse["stream"][row] = stream
             if "correlation_id" in values:
-                sparse["correlation_id"][row] = int(values["correlation_id"])
+                sparse["correlation_id"][row] = as_int64(values["correlation_id"])
             for key, value in _launch_details(values).items():
                 sparse[key][row] = value
     return info, events, instants
@@ -88,14 +88,16 @@ def _launch_details(values: dict[str, Any]) -> dict[str, Any]:
             name, _, value = word.partition(":")
             details[name] = value
     found: dict[str, Any] = {}
-    if details.get("regs", "").isdigit():
-        found["registers"] = int(details["regs"])
-    shared = [int(details[k]) for k in ("static_shared", "dynamic_shared") if details.get(k, "").isdigit()]
+    registers = as_int64(details.get("regs"))
+    if registers is not None and registers < 1 << 31:
+        found["registers"] = registers
+    shared = [number for k in ("static_shared", "dynamic_shared") if (number := as_int64(details.get(k))) is not None]
     if shared:
-        found["shared_memory"] = sum(shared)
+        found["shared_memory"] = sum(shared) if sum(shared) < 1 << 63 else None
     for key in ("grid", "block"):
         if key in details:
             found[key] = "[" + details[key] + "]"
-    if details.get("size", "").isdigit():
-        found["bytes"] = int(details["size"])
+    size = as_int64(details.get("size"))
+    if size is not None:
+        found["bytes"] = size
     return found

@@ -7,6 +7,8 @@ reads them by name for one plane.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 # Lines xprof derives from others when it shows a profile (steps, modules, name scopes): copies.
@@ -14,6 +16,9 @@ DERIVED_LINES = frozenset({
     "Steps", "XLA Modules", "XLA Ops", "XLA TraceMe", "TensorFlow Name Scope", "TensorFlow Ops",
     "Framework Name Scope", "Framework Ops", "Source code", "Async XLA Ops",
 })
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class StatNames:
@@ -62,6 +67,20 @@ def scalar(stat: Any, plane: Any) -> Any:
     if which == "bytes_value":
         return f"<{len(stat.bytes_value)} bytes>"
     return getattr(stat, which) if which else None
+
+
+def as_int64(value: Any) -> int | None:
+    """A stat's value as an integer that fits int64: an integer, a whole double, or the ASCII
+    digits of one; None for anything else (a string where a number belongs, 2**64 - 1), which
+    then reads as absent.
+    """
+    if isinstance(value, str):
+        value = int(value) if _DIGITS.fullmatch(value) else None
+    elif isinstance(value, float):
+        value = int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    return None
 
 
 def fold_id(line_id: int) -> int:

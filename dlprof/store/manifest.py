@@ -109,6 +109,9 @@ class Manifest:
     counts: dict[str, int] = field(default_factory=dict)
     # What normalising the slices changed, e.g. {"clipped_to_parent": 3}.
     normalised: dict[str, int] = field(default_factory=dict)
+    # Events an importer dropped as damaged, per reason, e.g. {"ts_missing_or_not_a_number": 2}
+    # (see dlprof.importers.kineto_events.Damage).
+    dropped: dict[str, int] = field(default_factory=dict)
     # What went wrong while saving the run, in words (the data kept is still readable).
     notes: list[str] = field(default_factory=list)
     # How the run was saved while it went on: saves made (at step boundaries and inside steps),
