@@ -43,6 +43,7 @@ from dlprof.importers.kineto_cycle import convert_cycle as convert_kineto
 from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
+from dlprof.store import safe_files
 from dlprof.store.layout import PENDING
 from dlprof.store.writer import RankWriter
 
@@ -170,9 +171,7 @@ class PendingSaves:
     def put(self, job: SaveJob) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"save-{job.number:05d}.json"
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(job.to_json())
-        partial.replace(path)
+        safe_files.write_text(path, job.to_json())
 
     def claim(self, newest: bool = False) -> tuple[SaveJob, Path] | None:
         """Take one job (the oldest, or the newest) for this process; None when none is left."""
