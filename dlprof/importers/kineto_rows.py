@@ -63,6 +63,8 @@ DEVICE_TYPE_OF_CATEGORY: dict[str, str] = {"mtia_ccp_events": "mtia"}
 _DEVICE_TYPE_NAMES = {0: "cpu", 12: "xpu", 13: "mps", 19: "mtia"}
 _COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 # Kinds that run on a device even when the event names no stream.
+_RANGE_WITHOUT_NAME = "__missing__"
+UNNAMED_RANGE = "(kernel name not recorded)"
 _DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, PROFILER_RANGE)
 # JSON texts of values that are false to Python: an op recorded without shapes.
 _EMPTY_JSON = ("[]", "{}", '""', "0", "false", "null")
@@ -98,6 +100,9 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
     n = events.num_rows
     category = events.column("cat").fill_null("").combine_chunks()
     name = events.column("name").fill_null("").combine_chunks()
+    # Kineto's range profiler names a range it found no kernel name for "__missing__".
+    unnamed = pc.and_(pc.equal(category, PROFILER_RANGE), pc.equal(name, _RANGE_WITHOUT_NAME))
+    name = pc.if_else(unnamed, UNNAMED_RANGE, name)
     kind = _kinds(category, name, naming.region_names)
     on_device = pc.and_(
         pc.not_equal(kind, str(Kind.RUNTIME)),

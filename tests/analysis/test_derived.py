@@ -34,6 +34,7 @@ from dlprof.analysis.derived import (
     source_counters,
 )
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
+from dlprof.importers.kineto_rows import UNNAMED_RANGE
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import SLOT_IMPORT, id_base
 from dlprof.store.manifest import Manifest
@@ -170,10 +171,14 @@ def cupti_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def raw_ranges() -> list[dict[str, Any]]:
-    """The trace's cuda_profiler_range events, read here without dlprof, in time order."""
+    """The trace's cuda_profiler_range events, read here without dlprof, in time order; a range
+    Kineto found no kernel name for ("__missing__") named as the store names it."""
     with gzip.open(cupti_profiler_trace()) as file:
         events = json.load(file)["traceEvents"]
     ranges = [e for e in events if e.get("cat") == "cuda_profiler_range"]
+    for event in ranges:
+        if event["name"] == "__missing__":
+            event["name"] = UNNAMED_RANGE
     return sorted(ranges, key=lambda e: e["ts"])
 
 

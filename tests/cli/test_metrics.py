@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dlprof.cli.main import main
+from dlprof.importers.kineto_rows import UNNAMED_RANGE
 from tests.analysis.test_derived import (
     HAND_BUILT,
     cupti_profiler_trace,
@@ -52,6 +53,8 @@ def test_flops_per_kernel_name_as_json(cupti_run: Path, capsys: pytest.CaptureFi
     by_name: dict[str, float] = {}
     for event in raw_ranges():
         by_name[event["name"]] = by_name.get(event["name"], 0.0) + raw_flops(event)
+    # A range Kineto found no kernel name for is "__missing__" in the file: not a kernel's name.
+    assert "__missing__" not in {r["name"] for r in rows} and UNNAMED_RANGE in by_name
     assert {r["name"] for r in rows} == set(by_name)
     for row in rows:
         assert row["flop_count"] == pytest.approx(by_name[row["name"]], rel=1e-12)
