@@ -61,7 +61,7 @@ UNKNOWN_CATEGORY = "unknown"
 
 KEYS = ["rank", "pid", "device"]
 PEAK_COLUMNS = [
-    *KEYS, "peak_bytes", "peak_ns", "reserved_peak_bytes", "live_bytes", "live_blocks", "untraced_bytes",
+    *KEYS, "peak_bytes", "peak_ns", "first_ns", "reserved_peak_bytes", "live_bytes", "live_blocks", "untraced_bytes",
     "allocations", "frees", "unmatched_frees", "step", "op",
 ]
 LAYER_PEAK_COLUMNS = [*KEYS, "layer", "calls", "added_bytes", "mean_added_bytes", "high_bytes"]
@@ -119,10 +119,11 @@ def memory_peaks(run: Run, rank: int | None = None, device: str | None = None) -
 
     Returns:
         :data:`PEAK_COLUMNS`, one row per rank, process and device, in that order: the peak and
-        its time (``peak_ns``), the reserved peak (missing where the source reports none), the
-        bytes and blocks of recorded allocations live at the peak and the rest
-        (``untraced_bytes``), the allocation and free rows, the frees whose allocation was not
-        recorded, and the step and op during which the peak was reached (missing when none).
+        its time (``peak_ns``), the time of the device's first row (``first_ns``), the reserved
+        peak (missing where the source reports none), the bytes and blocks of recorded
+        allocations live at the peak and the rest (``untraced_bytes``), the allocation and free
+        rows, the frees whose allocation was not recorded, and the step and op during which the
+        peak was reached (missing when none).
     """
     keys = ", ".join(KEYS)
     on = " AND ".join(f"{{a}}.{k} = p.{k}" for k in KEYS)
@@ -132,13 +133,13 @@ def memory_peaks(run: Run, rank: int | None = None, device: str | None = None) -
     table = run.sql(
         f"{_with(run.engine.dialect, rank, device)}, steps AS ({steps_sql(rank)}), "
         f"at_step AS (SELECT * FROM ({steps}) AS placed WHERE place = 1), "
-        f"counted AS (SELECT {keys}, max(total_reserved) AS reserved, "
+        f"counted AS (SELECT {keys}, max(total_reserved) AS reserved, min(ts_ns) AS first_ns, "
         "sum(CASE WHEN bytes > 0 THEN 1 ELSE 0 END) AS allocations, "
         "sum(CASE WHEN bytes < 0 THEN 1 ELSE 0 END) AS frees, "
         "sum(CASE WHEN bytes < 0 AND (prev_bytes IS NULL OR prev_bytes < 0) THEN 1 ELSE 0 END) AS unmatched "
         f"FROM matched GROUP BY {keys}), "
         f"held AS (SELECT {keys}, sum(bytes) AS live_bytes, count(*) AS live_blocks FROM live GROUP BY {keys}) "
-        f"SELECT p.rank, p.pid, p.device, p.peak_bytes, p.peak_ns, "
+        f"SELECT p.rank, p.pid, p.device, p.peak_bytes, p.peak_ns, c.first_ns, "
         "CASE WHEN c.reserved > 0 THEN c.reserved END AS reserved_peak_bytes, "
         "coalesce(h.live_bytes, 0) AS live_bytes, coalesce(h.live_blocks, 0) AS live_blocks, "
         "p.peak_bytes - coalesce(h.live_bytes, 0) AS untraced_bytes, c.allocations, c.frees, "

@@ -106,8 +106,8 @@ def _print_tables(loaded: Run, peaks: pd.DataFrame, live: pd.DataFrame, layers: 
     name = f"{loaded.path.name} ({loaded.status})"
     keys = _shown_keys(peaks)
     shown = _with_sizes(peaks, keys, _PEAK_SIZES)
-    shown["At (s)"] = [f"{(t - loaded.manifest.start_ns) / 1e9:,.3f}" if loaded.manifest.start_ns else "-"
-                       for t in peaks["peak_ns"]]
+    shown["At (s from first row)"] = [f"{(t - first) / 1e9:,.3f}" for t, first in zip(peaks["peak_ns"], peaks["first_ns"],
+                                                                                    strict=True)]
     shown["Step"] = peaks["step"].fillna("-").tolist()
     shown["Op at peak"] = peaks["op"].fillna("-").tolist()
     write_table(shown, f"{name}: peak allocated memory per device", TableFormat.TABLE)
