@@ -42,11 +42,11 @@ def nested_in_same(key: str, where: str = "TRUE") -> str:
 def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None, among: str = "TRUE") -> str:
     """The innermost ancestor of each CPU slice for which ``wanted`` holds.
 
-    Two window passes. The first counts, for each slice, the wanted slices open when it starts
-    on its thread (ends sort before starts at the same instant: a slice starting as another ends
-    is not inside it): its level among them. The second finds, among the wanted slices whose own
-    level is one less, the last one before it in track order, which is its innermost wanted
-    ancestor (any later one at that level would lie inside that one, and so be deeper).
+    Two window passes. The first (:func:`open_levels`) counts, for each slice, the wanted slices
+    open when it starts on its thread: its level among them. The second finds, among the wanted
+    slices whose own level is one less, the last one before it in track order, which is its
+    innermost wanted ancestor (any later one at that level would lie inside that one, and so be
+    deeper).
 
     Args:
         dialect: the engine's dialect.
@@ -59,6 +59,40 @@ def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None, amo
         A query with one row per CPU slice taking part: ``rank``, ``id``, ``dur_ns``, ``is_wanted`` (whether
         ``wanted`` holds for the slice itself), ``ancestor_id`` (its innermost wanted ancestor,
         NULL for none) and ``own_id`` (the slice itself when wanted, else ``ancestor_id``).
+    """
+    lookups = (
+        "SELECT rank, pid, tid, level AS seeks, start_ns, dur_ns, depth, id, id AS found, FALSE AS asks "
+        "FROM levels WHERE candidate "
+        "UNION ALL SELECT rank, pid, tid, level - 1 AS seeks, start_ns, dur_ns, depth, id, NULL AS found, TRUE AS asks "
+        "FROM levels WHERE level > 0"
+    )
+    last = dialect.last_non_null("found")
+    return (
+        f"WITH levels AS ({open_levels(wanted, rank, among)}), lookups AS ({lookups}), "
+        f"answers AS (SELECT rank, id, asks, {last} OVER (PARTITION BY {TRACK}, seeks ORDER BY {TRACK_ORDER} "
+        f"{_BEFORE}) AS ancestor_id FROM lookups) "
+        "SELECT l.rank, l.id, l.dur_ns, l.is_wanted, a.ancestor_id, "
+        "CASE WHEN l.is_wanted THEN l.id ELSE a.ancestor_id END AS own_id "
+        "FROM levels l LEFT JOIN answers a ON a.asks AND a.rank = l.rank AND a.id = l.id"
+    )
+
+
+def open_levels(wanted: str, rank: int | None = None, among: str = "TRUE") -> str:
+    """How many slices for which ``wanted`` holds are open on its thread as each CPU slice starts.
+
+    Ends sort before starts at the same instant (a slice starting as another ends is not inside
+    it), and zero-length slices hold nothing, so they are never counted as open.
+
+    Args:
+        wanted: a condition over ``slices`` (``kind = 'module'``).
+        rank: only this rank's slices (None: every rank).
+        among: only these slices take part (see :func:`nearest_ancestor`).
+
+    Returns:
+        A query with one row per CPU slice taking part: ``rank``, ``pid``, ``tid``, ``id``, ``start_ns``,
+        ``dur_ns``, ``depth``, ``candidate`` (wanted and not zero-length), ``is_wanted``,
+        ``opens`` (always true) and ``level`` (the wanted slices open around it; a candidate's own
+        level is its depth among them, from 0).
     """
     selected = f"{ON_CPU}{rank_condition(rank)} AND ({among})"
     # Zero-length slices hold nothing (nesting ends a slice at its end, before anything starts there).
@@ -73,23 +107,8 @@ def nearest_ancestor(dialect: Dialect, wanted: str, rank: int | None = None, amo
         f"-1 AS delta, FALSE AS opens, FALSE AS candidate, FALSE AS is_wanted, start_ns, dur_ns "
         f"FROM slices WHERE {selected} AND {candidate}"
     )
-    levels = (
+    return (
         f"SELECT * FROM (SELECT rank, pid, tid, id, start_ns, dur_ns, depth, candidate, is_wanted, opens, "
         f"coalesce(sum(delta) OVER (PARTITION BY {TRACK} ORDER BY t, edge, longer, depth, id {_BEFORE}), 0) "
         f"AS level FROM ({events}) AS events) AS counted WHERE opens"
-    )
-    lookups = (
-        "SELECT rank, pid, tid, level AS seeks, start_ns, dur_ns, depth, id, id AS found, FALSE AS asks "
-        "FROM levels WHERE candidate "
-        "UNION ALL SELECT rank, pid, tid, level - 1 AS seeks, start_ns, dur_ns, depth, id, NULL AS found, TRUE AS asks "
-        "FROM levels WHERE level > 0"
-    )
-    last = dialect.last_non_null("found")
-    return (
-        f"WITH levels AS ({levels}), lookups AS ({lookups}), "
-        f"answers AS (SELECT rank, id, asks, {last} OVER (PARTITION BY {TRACK}, seeks ORDER BY {TRACK_ORDER} "
-        f"{_BEFORE}) AS ancestor_id FROM lookups) "
-        "SELECT l.rank, l.id, l.dur_ns, l.is_wanted, a.ancestor_id, "
-        "CASE WHEN l.is_wanted THEN l.id ELSE a.ancestor_id END AS own_id "
-        "FROM levels l LEFT JOIN answers a ON a.asks AND a.rank = l.rank AND a.id = l.id"
     )

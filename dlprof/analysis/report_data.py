@@ -24,6 +24,7 @@ import pandas as pd
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.gpu import cpu_steps
+from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.tuning import tuning_candidates
 from dlprof.keys import Kind, SortKey
@@ -77,7 +78,7 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
     report("timeline")
     data["timeline"] = timeline(run, t0, limits.timeline_slices)
     report("memory")
-    data["memory"] = _memory(run, t0, limits.curve_points)
+    data["memory"] = _memory(run, t0, limits.curve_points, limits.table_rows)
     report("counters")
     data["counters"] = _counters(run, t0, limits.curve_points)
     report("metrics")
@@ -324,15 +325,28 @@ def _curves(run: Run, table: str, keys: list[str], value: str, how: str, t0: int
     return [(key, times, values, peak) for key, (times, values, peak) in series.items()]
 
 
-def _memory(run: Run, t0: int, points: int) -> dict[str, Any]:
+def _memory(run: Run, t0: int, points: int, rows: int) -> dict[str, Any]:
+    """Allocated memory over time per device, with its peak marked, the peaks and what was live
+    at them (``dlprof memory``'s tables)."""
     if not run.query("SELECT 1 FROM memory LIMIT 1").rows:
         return {"series": [], "reason": "the run recorded no allocations"}
+    peaks = memory_peaks(run)
+    # A (rank, device) curve's peak: the highest of its processes'.
+    highest = peaks.sort_values("peak_bytes", ascending=False).drop_duplicates(["rank", "device"])
+    peak_at = {(int(r), str(d)): int(t) - t0 for r, d, t in zip(highest["rank"], highest["device"],
+                                                                 highest["peak_ns"], strict=True)}
     series = [
-        {"label": f"rank {rank} {device} allocated", "unit": "bytes", "ts": ts, "values": values, "peak": peak}
+        {"label": f"rank {rank} {device} allocated", "unit": "bytes", "ts": ts, "values": values, "peak": peak,
+         "peak_ts": peak_at.get((int(rank), str(device)))}
         for (rank, device), ts, values, peak in _curves(run, "memory", ["rank", "device"], "total_allocated",
                                                         "max", t0, points)
     ]
-    return {"series": series, "reason": "" if series else "no allocation totals recorded"}
+    shown = peaks[["rank", "device", "peak_bytes", "reserved_peak_bytes", "live_bytes", "untraced_bytes",
+                   "step", "op"]]
+    live = live_at_peak(run, MemoryGroup.OP, limit=rows).rename(columns={"op": "name", "bytes": "live_bytes"})
+    return {"series": series, "reason": "" if series else "no allocation totals recorded",
+            "peaks": _records(shown), "live": _records(live[["rank", "device", "name", "live_bytes", "blocks",
+                                                              "peak_pct"]])}
 
 
 def _counters(run: Run, t0: int, points: int) -> dict[str, Any]:

@@ -18,7 +18,8 @@ HELP = """Import trace files into a run, so every dlprof command works on them.
 
 Takes PyTorch profiler traces (Kineto's Chrome JSON, .json or .json.gz), any other Chrome
 trace (best effort: slices, counters, flows), torch's raw memory timelines
-(export_memory_timeline_raw), and the XPlane profiles TensorFlow's and JAX's profilers write
+(export_memory_timeline_raw), PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot,
+read without running any code the pickle names), and the XPlane profiles TensorFlow's and JAX's profilers write
 (plugins/profile/<time>/<host>.xplane.pb). Several files become the ranks of one run, numbered
 by their distributedInfo.rank or, failing that, by their order here.
 
@@ -28,6 +29,7 @@ Examples:
   dlprof import -o runs/job rank0.json rank1.json   # two ranks, one run
   dlprof import trace.json && dlprof top --kind kernel
   dlprof import logs/plugins/profile/*/host.xplane.pb && dlprof top --kind module
+  dlprof import snapshot.pickle -o runs/oom && dlprof memory runs/oom
 """
 
 

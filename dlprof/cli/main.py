@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
     "info": ("info", "Show what a run is: status, command, times, host, devices, collectors."),
     "ls": ("ls", "List the runs under ./dlprof-runs, newest first."),
+    "memory": ("memory", "Peak memory per device and what was live at it, by op, layer or category."),
     "metrics": ("metrics", "Derived metrics (IPC, FLOPs...) from a run's counters."),
     "pprof": ("tau_profile", "A run's flat profile per rank and thread, in TAU's pprof layout."),
     "ranks": ("ranks", "Compare the ranks of a job: compute, communication, idle, stragglers."),

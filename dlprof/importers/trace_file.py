@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from dlprof.importers.chunked_json import TraceFormatError
 from dlprof.importers.kineto import KinetoTables
+from dlprof.importers.memory_snapshot import SnapshotError, convert_snapshot, read_snapshot
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
 from dlprof.importers.trace_header import device_list, world_size
 from dlprof.importers.trace_stream import (
@@ -67,6 +68,7 @@ class _Imported:
     source: str = "chrome-trace"  # the format, as the manifest names the importer
     header: dict[str, Any] = field(default_factory=dict)  # the whole header, once read
     clocks: list[ClockDomain] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what of the file was not imported, and why
 
 
 def import_traces(
@@ -155,6 +157,8 @@ def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], N
         _write(writer, StoreTable.MEMORY, convert_memory_timeline(rows), info.base_ns)
         advance(info.path.stat().st_size)
         return _Imported(info, events=len(rows), source="memory-timeline")
+    if info.kind == "memory-snapshot":
+        return _import_snapshot(info, writer, advance)
     item = _Imported(info)
     with open_trace(info.path) as (stream, file):
         rows = ChromeTraceRows(stream, id_base(0, SLOT_IMPORT))
@@ -202,6 +206,18 @@ def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int],
     return _Imported(info, events=tables.events, source="xplane", header=header, clocks=[tables.clock])
 
 
+def _import_snapshot(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:
+    """A PyTorch CUDA memory snapshot (see :mod:`dlprof.importers.memory_snapshot`); epoch times."""
+    try:
+        rows, skipped = convert_snapshot(read_snapshot(read_whole(info.path)))
+    except SnapshotError as error:
+        raise TraceImportError(f"{info.path}: {error}") from None
+    _write(writer, StoreTable.MEMORY, rows, 0)
+    advance(info.path.stat().st_size)
+    return _Imported(info, events=rows.num_rows + sum(skipped.values()), source="memory-snapshot",
+                     notes=[f"{count} {what} entries not imported" for what, count in sorted(skipped.items())])
+
+
 def _keep(writer: RankWriter, tables: KinetoTables, base_ns: int) -> None:
     for table, data in (
         (StoreTable.SLICES, tables.slices),
@@ -243,6 +259,7 @@ def _manifest(
     first = parsed[0].header  # checked: see trace_header
     world = world_size(first)
     notes = [f"rank {rank}: {item.info.path.name} ({item.events} events{_dropped_note(item)})"
+             + "".join(f"; {n}" for n in item.notes)
              for rank, item in zip(ranks, parsed, strict=True)]
     return Manifest(
         name=out_dir.name,

@@ -29,6 +29,7 @@ import orjson
 from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError, open_stream
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_events
 from dlprof.importers.kineto_events import EventParser
+from dlprof.importers.memory_snapshot import PICKLE_OPCODE
 from dlprof.importers.trace_header import (
     HeaderError,
     base_time_ns,
@@ -52,7 +53,7 @@ class TraceInfo:
     """What a trace file is, learnt before its events are read."""
 
     path: Path
-    kind: str  # "chrome-trace", "memory-timeline" or "xplane"
+    kind: str  # "chrome-trace", "memory-timeline", "memory-snapshot" or "xplane"
     header: dict[str, Any] = field(default_factory=dict)  # the keys before the events
     base_ns: int = 0  # baseTimeNanoseconds, wherever the file states it
 
@@ -84,6 +85,8 @@ def probe(path: Path, is_xplane: bool) -> TraceInfo:
         start = _read(path, stream, 64 << 10)
         if start.lstrip()[:2] == b"[[":  # a raw memory timeline is an array of arrays
             return TraceInfo(path, "memory-timeline")
+        if start[:1] == PICKLE_OPCODE:  # a pickle: torch's memory snapshots are the ones dlprof reads
+            return TraceInfo(path, "memory-snapshot")
         header = _leading_header(path, start, stream)
     checked_header(path, header)
     info = TraceInfo(path, "chrome-trace", header)

@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from dlprof.viewers.terminal import format_column
+from dlprof.viewers.terminal import format_column, format_sizes, size_unit
 
 # Columns shown as text (left-aligned, sorted as strings); every other column is a number.
-_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device"})
+_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device", "step", "op"})
 
 
 def _resource(name: str) -> str:
@@ -86,6 +86,10 @@ def table_spec(columns: list[str], rows: list[list[Any]], units: dict[str, str] 
             header, cells = "Reasons", ["; ".join(v) if isinstance(v, list) else str(v) for v in values]
         elif column in ("calls", "rank") or column.endswith(("_ns", "_pct")) or column in ("bytes", "flops"):
             header, cells = format_column(column, values.fillna(0))
+        elif column.endswith("_bytes"):  # sizes in the unit that suits the column, as dlprof memory's
+            scale, unit = size_unit(values.tolist())
+            header, cells = f"{column.removesuffix('_bytes').replace('_', ' ').capitalize()} ({unit})", \
+                format_sizes(values.tolist(), scale)
         else:
             header, cells = column, [_number(v) for v in values]
         if units and units.get(column):
@@ -116,6 +120,9 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
                **table_spec(t["columns"], t["rows"])}
         for kind, t in data["tables"].items()
     }
+    memory = data["memory"]
+    page["memory"] = {**memory, **{part: table_spec(memory[part]["columns"], memory[part]["rows"])
+                                   for part in ("peaks", "live") if part in memory}}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],
                        "intro": _unavailable(metrics["unavailable"]) if metrics["rows"] else "",

@@ -321,3 +321,20 @@ def _write_rows(rows: Rows, fmt: TableFormat, stream: TextIO) -> None:
     else:
         records = [{k: _plain(v) for k, v in record.items()} for record in rows.records()]
         stream.write(json.dumps(records, indent=1) + "\n")
+
+
+_SIZE_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
+
+
+def size_unit(values: Sequence[Any]) -> tuple[int, str]:
+    """The one unit a set of byte counts reads best in: the largest that keeps the biggest >= 1."""
+    present = [abs(float(v)) for v in values if not _missing(v)]
+    largest = max(present) if present else 0.0
+    return next(((scale, unit) for scale, unit in _SIZE_UNITS if largest >= scale), (1, "B"))
+
+
+def format_sizes(values: Sequence[Any], scale: int) -> list[str]:
+    """Byte counts in one unit (:func:`size_unit`'s scale), missing ones as ``-``."""
+    if scale == 1:
+        return ["-" if _missing(v) else f"{int(v):,}" for v in values]
+    return ["-" if _missing(v) else f"{float(v) / scale:,.2f}" for v in values]

@@ -23,6 +23,7 @@ from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
 from dlprof.analysis.diff import choose_basis, diff, work_steps
 from dlprof.analysis.gpu import device_work, gpu_breakdown
+from dlprof.analysis.memory import MemoryGroup, layer_peaks, live_at_peak, memory_peaks
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
@@ -62,6 +63,9 @@ ANALYSES: dict[str, Analysis] = {
     "kernel summaries": lambda run: pd.DataFrame(
         [{k: v for k, v in dataclasses.asdict(summary).items() if k != "per_inst"} for summary in kernel_summaries(run)]),
     "report data": report_data,
+    "memory peaks": memory_peaks,
+    "live at the peak by category": lambda run: live_at_peak(run, MemoryGroup.CATEGORY),
+    "layer peaks": layer_peaks,
 }
 
 
@@ -99,7 +103,8 @@ def assert_same(duck: Any, spark: Any, label: str) -> None:
 CASES: dict[str, tuple[str, ...]] = {
     "native": ("kinds", "top ops", "top ops by self, shapes", "top modules per rank", "op costs", "op view",
                "scope tree", "code tree", "TAU profiles", "steps with work", "diff with itself",
-               "derived metrics per name", "report data"),
+               "derived metrics per name", "report data", "memory peaks", "live at the peak by category",
+               "layer peaks"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
             "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles"),
     "two ranks": ("top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",

@@ -399,3 +399,27 @@ def test_hostile_names_are_text(evil_run: Path, page: DevTools, tmp_path: Path,
     assert page.evaluate("document.querySelectorAll('script').length") == 2
     assert EVIL[1] in page.evaluate("document.querySelector('[data-testid=\"summary-command\"]').textContent")
     assert page.problems(report.as_uri()) == []
+
+
+def test_memory_peak_marked_and_tabled_in_the_browser(cnn_run: Path, page: DevTools, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from dlprof.analysis.memory import memory_peaks
+    from dlprof.viewers.terminal import format_sizes, size_unit
+
+    run = dlprof.load(cnn_run)
+    everything = report_data(run)
+    data = everything["memory"]
+    peak = memory_peaks(run).iloc[0]
+    [series] = data["series"]
+    assert series["peak"] == peak["peak_bytes"]
+    assert series["peak_ts"] == peak["peak_ns"] - everything["summary"]["t0_ns"]
+    page.open(_write_report(cnn_run, tmp_path / "report.html", capsys))
+    title = page.evaluate("document.querySelector('[data-testid=\"memory-chart-0-peak\"] title').textContent")
+    assert title.startswith("peak ")
+    cells = page.evaluate(_CELLS.replace("table-{kind}", "table-memory-peaks"))
+    scale, _ = size_unit([peak["peak_bytes"]])
+    assert cells[0]["peak_bytes"] == format_sizes([peak["peak_bytes"]], scale)[0]
+    assert cells[0]["op"] == peak["op"] and cells[0]["step"] == peak["step"]
+    live = page.evaluate(_CELLS.replace("table-{kind}", "table-memory-live"))
+    assert [row["name"] for row in live] == [row[2] for row in data["live"]["rows"]]
+    assert page.problems((tmp_path / "report.html").as_uri()) == []

@@ -155,8 +155,29 @@
       return x.toFixed(1) + "," + y.toFixed(1);
     });
     chart.appendChild(svgEl("polyline", { points: points.join(" "), "class": "line" }));
+    if (series.peak_ts !== undefined && series.peak_ts !== null && series.peak !== undefined) {
+      // The peak as recorded, not as binned: a bin's first time stands for all of it.
+      var px = pad.l + (width - pad.l - pad.r) * (tMax > tMin ? Math.min(Math.max((series.peak_ts - tMin) / (tMax - tMin), 0), 1) : 0);
+      var py = height - pad.b - (height - pad.t - pad.b) * series.peak / yMax;
+      chart.appendChild(svgEl("line", { x1: px, y1: pad.t, x2: px, y2: height - pad.b, "class": "peak-line" }));
+      var dot = svgEl("circle", { cx: px, cy: py, r: 4, "class": "peak", "data-testid": testid + "-peak" });
+      dot.appendChild(svgEl("title", null, "peak " + fmtValue(series.peak, series.unit) + " at " + fmtTime(series.peak_ts)));
+      chart.appendChild(dot);
+    }
     box.appendChild(chart);
     parent.appendChild(box);
+  }
+
+  function renderMemory() {
+    renderCurves("memory", "Memory", data.memory);
+    var box = document.getElementById("memory");
+    if (!data.memory.peaks || !data.memory.peaks.rows.length) return;
+    box.appendChild(el("h3", null, "Peak per device"));
+    note(box, "Live: recorded allocations not yet freed at the peak (matched by address); untraced: the rest, " +
+      "allocated before recording began.", "memory-note");
+    table(box, data.memory.peaks, "table-memory-peaks");
+    box.appendChild(el("h3", null, "Live at the peak, by op"));
+    table(box, data.memory.live, "table-memory-live");
   }
 
   function renderCurves(id, title, part) {
@@ -345,7 +366,7 @@
   renderSteps();
   renderTables();
   renderTimeline();
-  renderCurves("memory", "Memory", data.memory);
+  renderMemory();
   renderCurves("counters", "Counters", data.counters);
   renderTableSection("metrics", "Derived metrics", data.metrics);
   renderTableSection("tuning", "Tuning candidates", data.tuning);
