@@ -17,6 +17,7 @@ from dlprof.analysis.memory import (
     memory_peaks,
 )
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import format_sizes, size_unit, write_table
@@ -61,6 +62,7 @@ _LAYER_SIZES = [("added_bytes", "Added (max)"), ("mean_added_bytes", "Added (mea
               help="Tables for a person, or every column as CSV or JSON for a script.")
 @click.option("-n", "--limit", type=click.IntRange(min=0), default=15, show_default=True,
               help="Groups (and layers) to show per device (0: all).")
+@wide_option
 @engine_option
 def command(run: str | None, rank: int | None, device: str | None, by: str, fmt: str, limit: int) -> int:
     loaded = open_run(run)
@@ -110,7 +112,9 @@ def _print_tables(loaded: Run, peaks: pd.DataFrame, live: pd.DataFrame, layers: 
                                                                                     strict=True)]
     shown["Step"] = peaks["step"].fillna("-").tolist()
     shown["Op at peak"] = peaks["op"].fillna("-").tolist()
-    write_table(shown, f"{name}: peak allocated memory per device", TableFormat.TABLE)
+    # Where the peak was matters more than how much of it was traced.
+    write_table(shown, f"{name}: peak allocated memory per device", TableFormat.TABLE,
+                keep=[c for c in shown.columns if c.startswith("Peak allocated")] + ["Op at peak", "Step"])
     unmatched = int(peaks["unmatched_frees"].sum())
     if int(peaks["untraced_bytes"].sum()) or unmatched:
         print(f"Untraced: live at the peak with no recorded allocation (allocated before recording began, "

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_tables_for_a_person(cnn_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["memory", str(cnn_run), "-n", "4"]) == 0
+    assert main(["memory", str(cnn_run), "-n", "4", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "peak allocated memory per device" in out and "blocks live at the peak, by op" in out
     peaks = memory_peaks(dlprof.load(cnn_run))
