@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlprof.importers.data_wait import data_wait_kinds
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.importers.kineto_events import as_int
 from dlprof.keys import PROFILER_RANGE, Kind
@@ -96,7 +97,7 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
     n = events.num_rows
     category = events.column("cat").fill_null("").combine_chunks()
     name = events.column("name").fill_null("").combine_chunks()
-    kind = _kinds(category, name, naming.region_names)
+    kind = data_wait_kinds(_kinds(category, name, naming.region_names), name)
     on_device = pc.and_(
         pc.not_equal(kind, str(Kind.RUNTIME)),
         pc.or_(events.column("has_stream").combine_chunks().fill_null(False),
