@@ -8,6 +8,7 @@ import click
 
 from dlprof.analysis.aggregate import kinds_present, top_rows
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.engine.rows import Rows
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -80,7 +81,24 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
     except ValueError as error:
         raise UsageError(str(error)) from None
     title = f"{loaded.path.name}: top {kind} by {by} ({loaded.status})"
+    if kind == Kind.STEP and fmt is TableFormat.TABLE:
+        table, title = _flag_uncounted_steps(loaded, table, title, rank)
     write_table(table, title, fmt)
+
+
+def _flag_uncounted_steps(loaded: Run, table: Rows, title: str, rank: int | None) -> tuple[Rows, str]:
+    """Steps as ``dlprof steps`` counts them: the warm-up and the partial step marked, so the step
+    open when profiling stopped is not read as the slowest training step."""
+    from dlprof.analysis.steps import uncounted_steps
+
+    flags = uncounted_steps(loaded, rank)
+    if not flags:
+        return table, title
+    at = table.columns.index("name")
+    rows = [(*row[:at], f"{row[at]} [{flags[row[at]]}]" if row[at] in flags else row[at], *row[at + 1:])
+            for row in table.rows]
+    note = "; [partial]: open when profiling stopped, [warm-up]: the first step; `dlprof steps` leaves both out"
+    return Rows(table.columns, rows), title + note
 
 
 def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,

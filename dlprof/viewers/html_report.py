@@ -116,6 +116,10 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
                **table_spec(t["columns"], t["rows"])}
         for kind, t in data["tables"].items()
     }
+    steps = data["steps"]
+    if steps["rows"]:
+        page["steps"] = {**steps, "statistics": table_spec(**steps["statistics"]),
+                         "breakdown": table_spec(**steps["breakdown"])}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],
                        "intro": _unavailable(metrics["unavailable"]) if metrics["rows"] else "",
