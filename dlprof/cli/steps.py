@@ -81,7 +81,7 @@ def print_steps(loaded: Run, rank: int | None = None, limit: int = 10,
     name = f"{loaded.path.name} ({loaded.status})"
     write_table(_statistics_view(report), f"{name}: step times over the counted steps", fmt)
     if (report.statistics["steps"] > 0).any():
-        write_table(_breakdown_view(report), f"{name}: mean time per counted step, by part", fmt)
+        write_table(_breakdown_view(report), f"{name}: time per counted step by part", fmt)
     left_out = excluded_steps(report)
     if not left_out.empty:
         shown = readable_columns(left_out, ["rank", "step"], [[("dur_ns", "Time")]])

@@ -30,7 +30,7 @@ def test_tables_name_the_steps_left_out_and_why(dataloader_run: Path, capsys: py
     code, printed, err = run_cli(["steps", str(dataloader_run), "-n", "3"], capsys)
     assert code == 0, err
     out = " ".join(printed.split())  # a title longer than its table wraps
-    for title in ("step times over the counted steps", "mean time per counted step, by part",
+    for title in ("step times over the counted steps", "time per counted step by part",
                   "steps left out of the statistics", "the 3 slowest counted steps"):
         assert title in out
     assert "warm-up: the program's first step" in out
