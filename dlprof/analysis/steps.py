@@ -119,7 +119,7 @@ def flagged_steps_sql(run: Run, rank: int | None = None) -> str:
     d = run.engine.dialect
     partial = partial_steps(run)
     partial_name = ("CASE rank " + " ".join(f"WHEN {r} THEN {d.literal(n)}" for r, n in sorted(partial.items()))
-                    + " END") if partial else "CAST(NULL AS VARCHAR(255))"
+                    + " END") if partial else "CAST(NULL AS STRING)"
     ordered = (
         "SELECT rank, pid, tid, name AS step, start_ns, start_ns + dur_ns AS end_ns, dur_ns, "
         "CAST(row_number() OVER (PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) "

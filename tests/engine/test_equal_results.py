@@ -25,6 +25,7 @@ from dlprof.analysis.diff import choose_basis, diff, work_steps
 from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
+from dlprof.analysis.steps import step_report
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
@@ -62,6 +63,7 @@ ANALYSES: dict[str, Analysis] = {
     "kernel summaries": lambda run: pd.DataFrame(
         [{k: v for k, v in dataclasses.asdict(summary).items() if k != "per_inst"} for summary in kernel_summaries(run)]),
     "report data": report_data,
+    "step report": lambda run: list(dataclasses.astuple(step_report(run))),
 }
 
 
@@ -99,10 +101,10 @@ def assert_same(duck: Any, spark: Any, label: str) -> None:
 CASES: dict[str, tuple[str, ...]] = {
     "native": ("kinds", "top ops", "top ops by self, shapes", "top modules per rank", "op costs", "op view",
                "scope tree", "code tree", "TAU profiles", "steps with work", "diff with itself",
-               "derived metrics per name", "report data"),
+               "derived metrics per name", "report data", "step report"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
             "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles"),
-    "two ranks": ("top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
+    "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
 }
 
