@@ -25,6 +25,9 @@ class Kind(StrEnum):
     PYTHON = "python"
     USER_ANNOTATION = "user_annotation"
     DATALOADER = "dataloader"  # a DataLoader fetching one batch, in a worker or in the loop
+    # The training loop waiting for its next batch: PyTorch's ``enumerate(DataLoader)#...``
+    # ranges, tf.data's IteratorGetNext on the host (dlprof/importers/data_wait.py).
+    DATA_WAIT = "data_wait"
 
 
 # Work that runs on an accelerator rather than on a CPU thread.
@@ -50,16 +53,18 @@ NANOSECOND_COUNTERS = frozenset({"perf:task-clock", "perf:cpu-clock"})
 NESTING_ORDER: dict[str, int] = {
     Kind.STEP: 0,
     Kind.REGION: 1,
-    Kind.DATALOADER: 1,
-    Kind.USER_ANNOTATION: 2,
-    Kind.MODULE: 3,
-    Kind.PYTHON: 4,
-    Kind.OP: 5,
-    Kind.COMM: 5,
-    Kind.RUNTIME: 6,
-    Kind.KERNEL: 7,
-    Kind.MEMCPY: 7,
-    Kind.MEMSET: 7,
+    # The loop's wait for a batch holds the fetch when the loop fetches itself (num_workers=0).
+    Kind.DATA_WAIT: 1,
+    Kind.DATALOADER: 2,
+    Kind.USER_ANNOTATION: 3,
+    Kind.MODULE: 4,
+    Kind.PYTHON: 5,
+    Kind.OP: 6,
+    Kind.COMM: 6,
+    Kind.RUNTIME: 7,
+    Kind.KERNEL: 8,
+    Kind.MEMCPY: 8,
+    Kind.MEMSET: 8,
 }
 
 

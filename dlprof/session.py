@@ -172,6 +172,7 @@ class Session:
             slices=self.slices,
             run_dir=self.run_dir,
             step=self.step,
+            restart_step=self.restart_step,
             clocks=self.manifest.clocks,
             devices=self.manifest.devices,
             action=self.action,
@@ -221,6 +222,13 @@ class Session:
                 self._save()
         self._begin_step()
 
+    def restart_step(self) -> None:
+        """The current step starts now: the time since the last step ended belongs to no step
+        (a Keras fit's validation between two epochs' batches). A step a save inside it already
+        handed over as open keeps its start."""
+        if self._step_id < 0 and not self.forks.in_child:
+            self._begin_step()
+
     def save_waited(self) -> None:
         """A region ended while a save waited for it (see step()); the save is made now, between
         two steps as any step's save is, if no other region of that step is still open."""
@@ -263,6 +271,7 @@ class Session:
         try:
             if self.action.records:
                 self._record_step(self._step_start, time.perf_counter_ns())
+                self.manifest.partial_step = STEP_NAME.format(self.step_number)
             self.counter_reader = None
             self.manifest.end_ns = time.time_ns()
             self._collectors.stop(report)

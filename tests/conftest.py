@@ -103,3 +103,37 @@ def two_rank_gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = run_ddp_example(out)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+def profile_dataloader_loop(out: Path, num_workers: int = 0, collectors: tuple[str, ...] = ("torch", "layers"),
+                            batches: int = 6, eval_batches: int = 2) -> Path:
+    """Train a small MLP on a DataLoader under dlprof, one step per batch, then evaluate it after
+    the loop (inside the step open when profiling stops); returns the run dir."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8 * batches, 16), torch.randint(0, 4, (8 * batches,)))
+    loader = DataLoader(data, batch_size=8, num_workers=num_workers)
+    evaluation = DataLoader(TensorDataset(torch.randn(8 * eval_batches, 16)), batch_size=8)
+    with dlprof.profile(out=out, collectors=collectors) as prof:
+        for inputs, labels in loader:
+            loss = nn.functional.cross_entropy(model(inputs), labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            prof.step()
+        with torch.no_grad():
+            for (inputs,) in evaluation:
+                model(inputs)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dataloader_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six training steps fed by a DataLoader in the loop (no workers), then an evaluation of two
+    batches after the loop, in the step open when profiling stopped."""
+    return profile_dataloader_loop(tmp_path_factory.mktemp("runs") / "dataloader")

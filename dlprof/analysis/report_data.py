@@ -23,9 +23,9 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
-from dlprof.analysis.gpu import cpu_steps
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
+from dlprof.analysis.steps import step_report
 from dlprof.analysis.tuning import tuning_candidates
 from dlprof.keys import Kind, SortKey
 from dlprof.store.reader import Run
@@ -154,13 +154,16 @@ def _plain_dict(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _steps(run: Run, t0: int) -> dict[str, Any]:
-    steps = cpu_steps(run)
-    if steps.empty:
+    """Every step (with its status: counted, warm-up or partial), the statistics over the counted
+    ones and their mean breakdown per part (see :mod:`dlprof.analysis.steps`)."""
+    found = step_report(run)
+    if found.steps.empty:
         return {"rows": [], "reason": "the run has no steps (ProfilerStep#N slices)"}
-    rows = [[int(rank), str(name), int(start) - t0, int(end - start)]
-            for rank, name, start, end in steps[["rank", "name", "start_ns", "end_ns"]].itertuples(
-                index=False, name=None)]
-    return {"columns": ["rank", "name", "start_ns", "dur_ns"], "rows": rows, "reason": ""}
+    rows = [[int(rank), str(name), int(start) - t0, int(dur), str(status)]
+            for rank, name, start, dur, status in found.steps[["rank", "step", "start_ns", "dur_ns", "status"]]
+            .itertuples(index=False, name=None)]
+    return {"columns": ["rank", "name", "start_ns", "dur_ns", "status"], "rows": rows, "reason": "",
+            "statistics": _records(found.statistics), "breakdown": _records(found.breakdown)}
 
 
 def _tables(run: Run, limit: int) -> dict[str, Any]:

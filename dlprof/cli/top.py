@@ -9,6 +9,7 @@ import click
 from dlprof.analysis.aggregate import SORT_COLUMN, kinds_present, top_rows
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.cli.table_options import wide_option
+from dlprof.engine.rows import Rows
 from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -93,7 +94,24 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
         raise UsageError(f"{loaded.path}: no {kind} slices inside a slice named {within!r}")
     where = f" within {within}" if within is not None else ""
     title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({loaded.status})"
+    if kind == Kind.STEP and fmt is TableFormat.TABLE:
+        table, title = _flag_uncounted_steps(loaded, table, title, rank)
     write_table(table, title, fmt, sort=SORT_COLUMN[by])
+
+
+def _flag_uncounted_steps(loaded: Run, table: Rows, title: str, rank: int | None) -> tuple[Rows, str]:
+    """Steps as ``dlprof steps`` counts them: the warm-up and the partial step marked, so the step
+    open when profiling stopped is not read as the slowest training step."""
+    from dlprof.analysis.steps import uncounted_steps
+
+    flags = uncounted_steps(loaded, rank)
+    if not flags:
+        return table, title
+    at = table.columns.index("name")
+    rows = [(*row[:at], f"{row[at]} [{flags[row[at]]}]" if row[at] in flags else row[at], *row[at + 1:])
+            for row in table.rows]
+    note = "; [partial]: open when profiling stopped, [warm-up]: the first step; `dlprof steps` leaves both out"
+    return Rows(table.columns, rows), title + note
 
 
 def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | None,

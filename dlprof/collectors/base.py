@@ -33,6 +33,10 @@ def _nothing_to_save() -> None:
     """Not in a forked child: the session saves the slice buffer itself."""
 
 
+def _no_session_steps() -> None:
+    """No session whose steps could start again."""
+
+
 def _no_conversions(cycle: Cycle) -> None:
     raise RuntimeError("no session to convert a profiler cycle")
 
@@ -53,6 +57,8 @@ class CollectorContext:
     slices: SliceBuffer  # for slices timed in this process (modules, regions)
     run_dir: Path
     step: Callable[[], None]  # ends the current step, as prof.step() does
+    # Starts the current step again now, leaving the time before it out of every step.
+    restart_step: Callable[[], None] = _no_session_steps
     clocks: list[ClockDomain] = field(default_factory=list)  # collectors add their mappings
     devices: list[dict[str, Any]] = field(default_factory=list)  # accelerators, as sources describe them
     action: Action = Action.NONE  # the current step's action, kept up to date by the session

@@ -1,8 +1,10 @@
 """Steps from Keras: under ``dlprof run`` each training batch of ``Model.fit`` ends a step.
 
 Once the program has imported Keras, ``keras.Model.fit`` is wrapped so that every fit gets one
-more callback, whose ``on_train_batch_end`` ends the session's step (steps are then named
-``ProfilerStep#N``, as with PyTorch). While a fit runs it owns the steps
+more callback: its ``on_train_batch_begin`` starts the session's step again and its
+``on_train_batch_end`` ends it (steps are then named ``ProfilerStep#N``, as with PyTorch). So a
+step is one training batch: the validation a fit runs after an epoch's last batch, the epoch's
+callbacks and the next epoch's iterator fall between two steps, in none. While a fit runs it owns the steps
 (:attr:`CollectorContext.step_owner`), so a torch optimizer stepped inside it ends none.
 """
 
@@ -46,7 +48,7 @@ class KerasFitSteps(Collector):
         @functools.wraps(original)
         def fit_with_steps(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
-            bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), callback(context.step)]
+            bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), callback(context.restart_step, context.step)]
             owner = context.step_owner
             if owner is None:
                 context.step_owner = StepSource.KERAS_FIT
@@ -65,13 +67,17 @@ class KerasFitSteps(Collector):
             self._installed = None
 
 
-def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None]], Any]:
+def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None], Callable[[], None]], Any]:
     class DlprofSteps(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
-        """Ends dlprof's step after each training batch."""
+        """Times dlprof's step around each training batch."""
 
-        def __init__(self, end_step: Callable[[], None]) -> None:
+        def __init__(self, begin_step: Callable[[], None], end_step: Callable[[], None]) -> None:
             super().__init__()
+            self._begin_step = begin_step
             self._end_step = end_step
+
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            self._begin_step()
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._end_step()

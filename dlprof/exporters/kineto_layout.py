@@ -31,6 +31,8 @@ CATEGORY_OF_KIND: dict[str, str] = {
     Kind.STEP: "user_annotation",  # Kineto records ProfilerStep#N as a user annotation
     Kind.REGION: "user_annotation",  # a dlprof region is a record_function range
     Kind.USER_ANNOTATION: "user_annotation",
+    # torch's DataLoader ranges are user annotations; as such they are classified again on import.
+    Kind.DATA_WAIT: "user_annotation",
     # Kineto's own module scopes (with_modules, with_stack) are python_function events, where
     # TensorBoard's module view and HTA's call stacks look for them; as user annotations they
     # would crowd the annotations HTA analyses.

@@ -21,6 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlprof.importers.data_wait import data_wait_kinds
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.importers.kineto_events import as_int
 from dlprof.keys import PROFILER_RANGE, Kind
@@ -103,7 +104,7 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
     # Kineto's range profiler names a range it found no kernel name for "__missing__".
     unnamed = pc.and_(pc.equal(category, PROFILER_RANGE), pc.equal(name, _RANGE_WITHOUT_NAME))
     name = pc.if_else(unnamed, UNNAMED_RANGE, name)
-    kind = _kinds(category, name, naming.region_names)
+    kind = data_wait_kinds(_kinds(category, name, naming.region_names), name)
     on_device = pc.and_(
         pc.not_equal(kind, str(Kind.RUNTIME)),
         pc.or_(events.column("has_stream").combine_chunks().fill_null(False),

@@ -13,12 +13,13 @@ crosses the end of the event enclosing its ops, so layers nest inside executor r
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from dlprof.importers.data_wait import is_tf_data_wait
 from dlprof.importers.tf_ops import module_scope
 from dlprof.keys import Kind
 
@@ -67,6 +68,8 @@ class SliceRows:
 
     def code(self, event_class: EventClass) -> int:
         """The integer code of a class of events."""
+        if is_tf_data_wait(event_class.name, event_class.op_type):
+            event_class = replace(event_class, kind=Kind.DATA_WAIT)
         code = self._classes.get(event_class)
         if code is None:
             code = self._classes[event_class] = len(self.classes)

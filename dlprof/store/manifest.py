@@ -105,6 +105,9 @@ class Manifest:
     ranks: list[int] = field(default_factory=lambda: [0])
     world_size: int = 1
     schedule: str = ""
+    # The step open when profiling stopped (ended by the stop, not by a step call), ProfilerStep#N:
+    # it holds whatever ran after the loop, so step statistics leave it out. Empty: none was open.
+    partial_step: str = ""
     # Rows per table, filled when the run is compacted.
     counts: dict[str, int] = field(default_factory=dict)
     # What normalising the slices changed, e.g. {"clipped_to_parent": 3}.

@@ -123,6 +123,10 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
     memory = data["memory"]
     page["memory"] = {**memory, **{part: table_spec(memory[part]["columns"], memory[part]["rows"])
                                    for part in ("peaks", "live") if part in memory}}
+    steps = data["steps"]
+    if steps["rows"]:
+        page["steps"] = {**steps, "statistics": table_spec(**steps["statistics"]),
+                         "breakdown": table_spec(**steps["breakdown"])}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],
                        "intro": _unavailable(metrics["unavailable"]) if metrics["rows"] else "",

@@ -26,6 +26,7 @@ from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.memory import MemoryGroup, layer_peaks, live_at_peak, memory_peaks
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
+from dlprof.analysis.steps import step_report
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
@@ -66,6 +67,7 @@ ANALYSES: dict[str, Analysis] = {
     "memory peaks": memory_peaks,
     "live at the peak by category": lambda run: live_at_peak(run, MemoryGroup.CATEGORY),
     "layer peaks": layer_peaks,
+    "step report": lambda run: list(dataclasses.astuple(step_report(run))),
 }
 
 
@@ -104,10 +106,10 @@ CASES: dict[str, tuple[str, ...]] = {
     "native": ("kinds", "top ops", "top ops by self, shapes", "top modules per rank", "op costs", "op view",
                "scope tree", "code tree", "TAU profiles", "steps with work", "diff with itself",
                "derived metrics per name", "report data", "memory peaks", "live at the peak by category",
-               "layer peaks"),
+               "layer peaks", "step report"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
             "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles"),
-    "two ranks": ("top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
+    "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
 }
 

@@ -27,6 +27,7 @@ EXPECTED_CATEGORY = {
     "region": "user_annotation",
     "step": "user_annotation",
     "user_annotation": "user_annotation",
+    "data_wait": "user_annotation",  # the loop waiting for a batch: a range, as torch records it
     "kernel": "kernel",
     "memcpy": "gpu_memcpy",
     "memset": "gpu_memset",

@@ -130,13 +130,23 @@
     rows.forEach(function (r, i) {
       var h = (height - pad.t - pad.b) * r[3] / max;
       var bar = svgEl("rect", { x: pad.l + i * step, y: height - pad.b - h, width: Math.max(step * 0.85, 0.5), height: h,
-        "class": "bar rank" + (r[0] % 4) });
-      bar.appendChild(svgEl("title", null, r[1] + (data.summary.ranks.length > 1 ? " (rank " + r[0] + ")" : "") + ": " + fmtTime(r[3])));
+        "class": "bar rank" + (r[0] % 4) + (r[4] === "counted" ? "" : " uncounted") });
+      bar.appendChild(svgEl("title", null, r[1] + (data.summary.ranks.length > 1 ? " (rank " + r[0] + ")" : "") + ": " + fmtTime(r[3]) +
+        (r[4] === "counted" ? "" : " (" + r[4] + ")")));
       chart.appendChild(bar);
     });
     box.appendChild(chart);
-    var durs = rows.map(function (r) { return r[3]; }).sort(function (a, b) { return a - b; });
-    note(box, rows.length + " steps; median " + fmtTime(durs[Math.floor(durs.length / 2)]) + ", slowest " + fmtTime(max), "steps-note");
+    // The warm-up and the partial step (open when profiling stopped) are drawn but not counted.
+    var counted = rows.filter(function (r) { return r[4] === "counted"; });
+    var durs = counted.map(function (r) { return r[3]; }).sort(function (a, b) { return a - b; });
+    var left = rows.length - counted.length;
+    note(box, counted.length + " steps counted" + (left ? " (" + left + " left out: warm-up, partial)" : "") +
+      (durs.length ? "; median " + fmtTime(durs[Math.floor(durs.length / 2)]) + ", slowest " + fmtTime(durs[durs.length - 1]) : ""),
+      "steps-note");
+    box.appendChild(el("h3", null, "Statistics of the counted steps"));
+    table(box, data.steps.statistics, "table-step-statistics");
+    box.appendChild(el("h3", null, "Mean time per counted step, by part"));
+    table(box, data.steps.breakdown, "table-step-breakdown");
   }
 
   function lineChart(parent, series, testid) {

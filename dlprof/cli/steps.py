@@ -1,0 +1,119 @@
+"""``dlprof steps``: step-time statistics, where a step's time goes, and the steps left out."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pandas as pd
+
+from dlprof.analysis.steps import STEP_COLUMNS, StepPart, StepReport, StepStatus, excluded_steps, step_report
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.keys import TableFormat
+from dlprof.store.reader import Run
+from dlprof.viewers.terminal import readable_columns, write_table
+
+HELP = """Step-time statistics of a run: count, mean, median, p90, p99, standard deviation,
+least and most, per rank; where a step's time goes (data wait, forward, backward, optimizer,
+communication, other); and the slowest steps.
+
+RUN is a run directory; by default the newest under ./dlprof-runs.
+
+Two kinds of step are left out of the statistics, and listed with the reason: the program's
+first step (warm-up: ProfilerStep#0 pays for initialisation) and the step open when profiling
+stopped (partial: ended by the stop rather than by a step call, it holds whatever ran after the
+loop, such as an evaluation). The breakdown classifies the slices of the step's thread: data wait
+(the loop waiting for a batch), forward and backward (the layers collector's module slices,
+autograd's ops), optimizer (Optimizer.step and zero_grad), communication (collectives); other is
+the rest, so the parts add up to the step.
+
+\b
+Examples:
+  dlprof steps                       # the newest run: statistics, breakdown, slowest steps
+  dlprof steps RUN --rank 1          # one rank of a job
+  dlprof steps RUN -n 0              # every step, not only the 10 slowest
+  dlprof steps RUN --format csv      # one row per step (status and parts), for scripts
+  dlprof steps RUN --format json     # statistics, breakdown and steps as one JSON object
+"""
+
+_STATISTICS = [("mean_ns", "Mean"), ("median_ns", "Median"), ("p90_ns", "p90"), ("p99_ns", "p99"),
+               ("std_ns", "Std"), ("min_ns", "Min"), ("max_ns", "Max")]
+_PARTS = [(f"{part}_ns", part.replace("_", " ").capitalize()) for part in StepPart]
+# Why a step is left out, in words.
+REASONS = {
+    StepStatus.WARMUP: "warm-up: the program's first step",
+    StepStatus.PARTIAL: "partial: open when profiling stopped (holds what ran after the loop)",
+}
+
+
+@click.command("steps", help=HELP)
+@run_argument
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Slowest counted steps to list (0: all steps, in order).")
+@click.option("--format", "-f", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
+              default=str(TableFormat.TABLE), show_default=True,
+              help="Tables for a person, or CSV (one row per step) or JSON for a script.")
+@engine_option
+def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
+    loaded = open_run(run)
+    print_steps(loaded, rank, limit, TableFormat(fmt))
+    return 0
+
+
+def print_steps(loaded: Run, rank: int | None = None, limit: int = 10,
+                fmt: TableFormat = TableFormat.TABLE) -> None:
+    """Print a run's step report, or fail with one line saying why there is none."""
+    check_rank(loaded, rank)
+    report = step_report(loaded, rank)
+    if report.steps.empty:
+        raise UsageError(f"{loaded.path}: the run has no steps (ProfilerStep#N slices); end each step with "
+                         "prof.step(), or profile under `dlprof run`")
+    if fmt is TableFormat.CSV:
+        write_table(_listed(report, limit)[STEP_COLUMNS], "", fmt)
+        return
+    if fmt is TableFormat.JSON:
+        print(json.dumps({
+            "statistics": _records(report.statistics), "breakdown": _records(report.breakdown),
+            "steps": _records(_listed(report, limit)[STEP_COLUMNS]),
+        }, indent=1))
+        return
+    name = f"{loaded.path.name} ({loaded.status})"
+    write_table(_statistics_view(report), f"{name}: step times over the counted steps", fmt)
+    if (report.statistics["steps"] > 0).any():
+        write_table(_breakdown_view(report), f"{name}: time per counted step by part", fmt)
+    left_out = excluded_steps(report)
+    if not left_out.empty:
+        shown = readable_columns(left_out, ["rank", "step"], [[("dur_ns", "Time")]])
+        reasons = [REASONS[StepStatus(status)] for status in left_out["status"]]
+        write_table(shown.assign(Reason=reasons), f"{name}: steps left out of the statistics", fmt)
+    listed = _listed(report, limit)
+    title = "every step, in order" if not limit else f"the {len(listed)} slowest counted steps"
+    shown = readable_columns(listed, ["rank", "step", "status"], [[("dur_ns", "Time"), *_PARTS]])
+    write_table(shown, f"{name}: {title}", fmt)
+
+
+def _listed(report: StepReport, limit: int) -> pd.DataFrame:
+    """Every step in order (limit 0), or the ``limit`` slowest counted ones, slowest first."""
+    if not limit:
+        return report.steps
+    counted = report.steps[report.steps["status"] == StepStatus.COUNTED]
+    return counted.sort_values(["dur_ns", "rank", "start_ns"], ascending=[False, True, True]).head(limit)
+
+
+def _statistics_view(report: StepReport) -> pd.DataFrame:
+    return readable_columns(report.statistics, ["rank", "steps", "warmup", "partial"], [_STATISTICS]).rename(
+        columns={"Warmup": "Warm-up"})
+
+
+def _breakdown_view(report: StepReport) -> pd.DataFrame:
+    table = report.breakdown
+    shown = readable_columns(table, ["rank"], [[("mean_ns", "Mean")], [("step_pct", "% of step")]])
+    parts = [part.replace("_", " ") for part in table["part"]]
+    return shown.assign(Part=parts)[["Rank", "Part", *[c for c in shown.columns if c != "Rank"]]]
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """A frame as JSON records (missing values as null)."""
+    records: list[dict[str, object]] = json.loads(frame.to_json(orient="records"))
+    return records

@@ -1,0 +1,141 @@
+"""Step statistics, warm-up and partial steps, and the per-step breakdown, on real PyTorch runs fed
+by a DataLoader (and a Keras fit with validation): figures checked against the step slices."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dlprof
+from dlprof.analysis.steps import StepPart, StepStatus, excluded_steps, step_report
+from dlprof.importers.data_wait import DATALOADER_ITERATION
+from dlprof.keys import Kind
+from tests.conftest import profile_dataloader_loop
+
+PARTS = [f"{part}_ns" for part in StepPart]
+
+
+def step_slices(run: dlprof.Run) -> pd.DataFrame:
+    slices = run.slices
+    steps = slices[slices["kind"] == Kind.STEP].sort_values("start_ns").reset_index(drop=True)
+    return steps.assign(end_ns=steps["start_ns"] + steps["dur_ns"])
+
+
+@pytest.mark.torch
+def test_statistics_are_those_of_the_counted_step_slices(dataloader_run: Path) -> None:
+    run = dlprof.load(dataloader_run)
+    steps = step_slices(run)
+    # Six batches: ProfilerStep#0..#5 ended by prof.step(), #6 open at the stop (the evaluation).
+    assert steps["name"].tolist() == [f"ProfilerStep#{i}" for i in range(7)]
+    counted = steps["dur_ns"].to_numpy()[1:-1].astype(float)
+    report = step_report(run)
+    (row,) = report.statistics.to_dict("records")
+    assert (row["steps"], row["warmup"], row["partial"]) == (5, 1, 1)
+    assert row["mean_ns"] == pytest.approx(counted.mean())
+    assert row["median_ns"] == pytest.approx(np.median(counted))
+    assert row["p90_ns"] == pytest.approx(np.percentile(counted, 90))
+    assert row["p99_ns"] == pytest.approx(np.percentile(counted, 99))
+    assert row["std_ns"] == pytest.approx(counted.std(ddof=1))
+    assert (row["min_ns"], row["max_ns"]) == (counted.min(), counted.max())
+
+
+@pytest.mark.torch
+def test_the_step_open_at_stop_is_flagged_partial_and_holds_the_evaluation(dataloader_run: Path) -> None:
+    run = dlprof.load(dataloader_run)
+    assert run.manifest.partial_step == "ProfilerStep#6"
+    report = step_report(run)
+    assert report.steps["status"].tolist() == [StepStatus.WARMUP, *[StepStatus.COUNTED] * 5, StepStatus.PARTIAL]
+    left_out = excluded_steps(report)
+    assert left_out[["step", "status"]].values.tolist() == [
+        ["ProfilerStep#0", StepStatus.WARMUP], ["ProfilerStep#6", StepStatus.PARTIAL]]
+    # The evaluation's two forwards of the whole model ran after the loop: inside the partial step.
+    slices = run.slices
+    last = step_slices(run).iloc[-1]
+    model_forwards = slices[(slices["kind"] == Kind.MODULE) & (slices["name"] == "Sequential (Sequential) forward")]
+    inside = model_forwards[(model_forwards["start_ns"] >= last["start_ns"]) & (model_forwards["start_ns"] < last["end_ns"])]
+    assert len(model_forwards) == 6 + 2 and len(inside) == 2
+
+
+@pytest.mark.torch
+def test_the_breakdown_parts_add_up_to_each_step(dataloader_run: Path) -> None:
+    report = step_report(dlprof.load(dataloader_run))
+    steps = report.steps
+    assert (steps[PARTS].sum(axis=1) == steps["dur_ns"]).all()
+    assert (steps[PARTS] >= 0).all().all()
+    counted = steps[steps["status"] == StepStatus.COUNTED]
+    for part in (StepPart.DATA_WAIT, StepPart.FORWARD, StepPart.BACKWARD, StepPart.OPTIMIZER):
+        assert (counted[f"{part}_ns"] > 0).all(), part
+    assert (counted["communication_ns"] == 0).all()  # one process: no collectives
+    # The mean breakdown is over the counted steps, and its shares make the whole step.
+    breakdown = report.breakdown.set_index("part")
+    assert breakdown["step_pct"].sum() == pytest.approx(100.0)
+    for part in StepPart:
+        assert breakdown.loc[str(part), "mean_ns"] == pytest.approx(counted[f"{part}_ns"].mean())
+
+
+@pytest.mark.torch
+def test_the_wait_for_a_batch_is_data_wait_and_lies_in_the_breakdown(dataloader_run: Path) -> None:
+    run = dlprof.load(dataloader_run)
+    slices = run.slices
+    iterations = slices[slices["name"].str.startswith(DATALOADER_ITERATION)]
+    # One wait per batch and one more that found the loader empty: training's and evaluation's.
+    assert len(iterations) == (6 + 1) + (2 + 1)
+    assert set(iterations["kind"]) == {Kind.DATA_WAIT}
+    steps = step_report(run).steps
+    first = step_slices(run).iloc[1]
+    waits = iterations[(iterations["start_ns"] >= first["start_ns"]) & (iterations["start_ns"] < first["end_ns"])]
+    assert steps.loc[1, "data_wait_ns"] == waits["dur_ns"].sum() > 0
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_with_a_worker_the_loop_waits_and_the_worker_fetches(tmp_path: Path) -> None:
+    run = dlprof.load(profile_dataloader_loop(tmp_path / "worker", num_workers=1,
+                                              collectors=("torch", "layers", "dataloader")))
+    slices = run.slices
+    waits, fetches = slices[slices["kind"] == Kind.DATA_WAIT], slices[slices["kind"] == Kind.DATALOADER]
+    main_pid = int(step_slices(run)["pid"].iloc[0])
+    assert len(waits) >= 6 and set(waits["pid"]) == {main_pid}
+    # The six training batches are fetched in the worker; the evaluation's loader has none.
+    assert (fetches["pid"] != main_pid).sum() == 6 and (fetches["pid"] == main_pid).sum() == 2
+    steps = step_report(run).steps
+    assert (steps[PARTS].sum(axis=1) == steps["dur_ns"]).all()
+    assert (steps.loc[steps["status"] == StepStatus.COUNTED, "data_wait_ns"] > 0).all()
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_keras_validation_falls_outside_every_training_step(tmp_path: Path) -> None:
+    from tests.tensorflow_runs import BATCH, example_model, keras_example
+
+    keras = keras_example().keras
+    validations: list[tuple[int, int]] = []
+
+    class ValidationTimes(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_test_begin(self, logs: Any = None) -> None:
+            validations.append((time.time_ns(), 0))
+
+        def on_test_end(self, logs: Any = None) -> None:
+            validations[-1] = (validations[-1][0], time.time_ns())
+
+    model, x, y = example_model()
+    with dlprof.profile(out=tmp_path / "keras", collectors=("tensorflow", "keras_steps")):
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, validation_split=0.25,
+                  callbacks=[ValidationTimes()])
+    run = dlprof.load(tmp_path / "keras")
+    batches = 2 * int(len(x) * 0.75) // BATCH
+    report = step_report(run)
+    assert len(validations) == 2
+    assert report.steps["status"].tolist() == [StepStatus.WARMUP, *[StepStatus.COUNTED] * (batches - 1),
+                                               StepStatus.PARTIAL]
+    trained = report.steps[report.steps["status"] != StepStatus.PARTIAL]
+    for begin, end in validations:
+        overlapping = trained[(trained["start_ns"] < end) & (trained["start_ns"] + trained["dur_ns"] > begin)]
+        assert overlapping.empty, overlapping
+    (row,) = report.statistics.to_dict("records")
+    assert row["steps"] == batches - 1 and 0 < row["min_ns"] <= row["median_ns"] <= row["max_ns"]
