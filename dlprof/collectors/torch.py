@@ -97,6 +97,7 @@ class TorchCollector(Collector):
         self._state = _State.IDLE
         self._clock_bounds: list[tuple[int, int]] = []
         self._clock_offsets: list[int] = []
+        self._dropped: dict[str, int] = {}  # Kineto events the conversions dropped as damaged, per reason
         self._marker: tuple[int, int] | None = None
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
@@ -143,6 +144,8 @@ class TorchCollector(Collector):
             )
 
     def converted(self, result: dict[str, Any]) -> None:
+        for reason, count in result.get("dropped", {}).items():
+            self._dropped[reason] = self._dropped.get(reason, 0) + int(count)
         known = {d.get("id") for d in self._context.devices}
         self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)
         if result.get("clock_bounds_ns") is not None:
@@ -150,6 +153,9 @@ class TorchCollector(Collector):
             self._clock_offsets.append(int(result["clock_offset_ns"]))
 
     def after_conversions(self) -> None:
+        if self._dropped:
+            reasons = ", ".join(f"{reason.replace('_', ' ')}: {n:,}" for reason, n in sorted(self._dropped.items()))
+            self.notes.append(f"{sum(self._dropped.values()):,} Kineto events dropped as damaged ({reasons})")
         saved = self._context.run_dir / "kineto"
         for directory in (saved / f"rank={self._context.config.rank}", saved):
             if directory.is_dir() and not any(directory.iterdir()):

@@ -47,8 +47,8 @@ def convert_cycle(job: CycleJob) -> tuple[dict[StoreTable, list[pa.Table]], dict
     """Translate one saved cycle into rows of the run's tables.
 
     Returns:
-        The rows per table, and what the collector keeps of the conversion (the clock mapping
-        and the devices the trace describes).
+        The rows per table, and what the collector keeps of the conversion (the clock mapping,
+        the devices the trace describes, and the events dropped as damaged, per reason).
     """
     options = KinetoOptions(
         id_base=id_base(job.rank, SLOT_KINETO) + (job.cycle << CYCLE_ID_BITS),
@@ -68,4 +68,5 @@ def convert_cycle(job: CycleJob) -> tuple[dict[StoreTable, list[pa.Table]], dict
         "clock_offset_ns": tables.clock_offset_ns,
         "clock_bounds_ns": list(tables.clock_bounds_ns) if tables.clock_bounds_ns else None,
         "devices": tables.devices,
+        "dropped": tables.dropped,
     }

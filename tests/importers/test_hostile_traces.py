@@ -15,7 +15,7 @@ import pytest
 
 import dlprof
 from dlprof.cli.main import main
-from dlprof.keys import RunStatus
+from dlprof.keys import RunStatus, StoreTable
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile-traces"
 
@@ -154,3 +154,17 @@ def test_damage_counts_add_up_over_ranks(tmp_path: Path, capsys: pytest.CaptureF
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["dropped"] == {"ts_missing_or_not_a_number": 2, "dur_negative": 1}
     assert sorted(path.name for path in (tmp_path / "run" / "slices").iterdir()) == ["rank=0", "rank=1", "rank=2"]
+
+
+def test_a_collector_cycle_reports_what_it_dropped(tmp_path: Path) -> None:
+    """The torch collector converts its cycles through the same checks; what they drop reaches
+    the collector's result (and from there the run's notes), not only dlprof import's."""
+    import shutil
+
+    from dlprof.importers.kineto_cycle import CycleJob, convert_cycle
+
+    trace = tmp_path / "cycle-00000.json"
+    shutil.copy(HOSTILE / "dur-negative.json", trace)
+    rows, result = convert_cycle(CycleJob(trace=trace, rank=0, cycle=0, pid=1, marker_window_ns=None))
+    assert result["dropped"] == DROPPED["dur-negative"]
+    assert sum(table.num_rows for table in rows[StoreTable.SLICES]) == result["slices"] == 1
