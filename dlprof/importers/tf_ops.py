@@ -35,6 +35,11 @@ _CALL_SCOPE = re.compile(r"(?:Stateful)?PartitionedCall(?:_\d+)?")
 _OBJECT_SCOPE = re.compile(r"[a-z][A-Za-z0-9_.-]*")
 # Lower-case scopes TensorFlow's control flow opens inside a layer: its layers end there.
 _CONTROL_FLOW_SCOPES = frozenset({"while", "cond", "body", "then", "else", "case"})
+# The scopes Keras's optimizers open, named after their class (AdamW: "adam_w"), with Keras's
+# "_1" suffixes: their ops update variables, they are no layer of the model.
+_OPTIMIZER_SCOPE = re.compile(
+    r"(?:adam|adam_w|adamw|adamax|nadam|sgd|rms_?prop|rm_sprop|adagrad|adadelta|adafactor|ftrl|lion|lamb"
+    r"|loss_scale_optimizer)(?:_\d+)?")
 # Kernel prefixes of oneDNN and of TensorFlow's internal ops, longest first.
 _TYPE_PREFIXES = ("_MklNative", "_Mkl", "_")
 # Grappler's fused ops: the op they begin with is the one the model asked for.
@@ -93,7 +98,8 @@ def logical_type(raw_type: str) -> str:
 def layer_chain(scope: str | None) -> tuple[str, ...]:
     """The module names of the Keras objects enclosing a name scope, outermost first.
 
-    ``gradient_tape/mlp/dense/MatMul`` gives ``("mlp backward", "mlp/dense backward")``.
+    ``gradient_tape/mlp/dense/MatMul`` gives ``("mlp backward", "mlp/dense backward")``; an
+    optimizer's scope (``adam_w/...``) gives none.
     """
     if not scope:
         return ()
@@ -101,6 +107,8 @@ def layer_chain(scope: str | None) -> tuple[str, ...]:
     direction = FORWARD
     if parts and parts[0] == GRADIENT_SCOPE:
         parts, direction = parts[1:], BACKWARD
+    if parts and _OPTIMIZER_SCOPE.fullmatch(parts[0]):
+        return ()
     chain: list[str] = []
     for end, part in enumerate(parts, start=1):
         if part in _CONTROL_FLOW_SCOPES or not _OBJECT_SCOPE.fullmatch(part):

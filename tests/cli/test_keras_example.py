@@ -46,6 +46,7 @@ def test_the_keras_example_runs_with_no_flags(tmp_path: Path) -> None:
     assert {f"ProfilerStep#{n}" for n in range(samples // batch)} <= set(steps.name)
     modules = set(run.slices[run.slices.kind == "module"].name)
     assert {f"{scope} {d}" for scope in dense_scopes(xplane) for d in ("forward", "backward")} <= modules
+    assert not [m for m in modules if m.startswith("adam")], "the Adam optimizer is no layer"
     assert "evaluate" in set(run.slices[run.slices.kind == "region"].name)
     top_op = ops.groupby("name").dur_ns.sum().idxmax()
     assert top_op[:40] in done.stdout, "the top table printed at the end lists TensorFlow's ops"
