@@ -24,7 +24,7 @@ from typing import Any
 
 from dlprof.clock import sample_clocks
 from dlprof.collector_set import CollectorSet, resolve_names
-from dlprof.collectors.base import CollectorContext
+from dlprof.collectors.base import CollectorContext, StepSource
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
@@ -93,6 +93,7 @@ class Session:
         )
         self.schedule = config.effective_schedule
         self.step_number = 0
+        self._steps_ended_by_source = False  # an optimizer or a Keras fit ended a step by itself
         self.action = self.schedule.action(0)
         self._clock = sample_clocks()
         self._writer = RankWriter(self.run_dir, config.rank, {
@@ -171,7 +172,7 @@ class Session:
             sink=self.sink,
             slices=self.slices,
             run_dir=self.run_dir,
-            step=self.step,
+            step=self._source_ends_step,
             restart_step=self.restart_step,
             clocks=self.manifest.clocks,
             devices=self.manifest.devices,
@@ -197,7 +198,26 @@ class Session:
         return self
 
     def step(self) -> None:
-        """Mark the end of one training step and the start of the next."""
+        """Mark the end of one training step and the start of the next (the program's call:
+        from then on the program ends its steps itself, and the optimizer's steps no longer do)."""
+        if self._context is None:
+            raise RuntimeError("step() on a session that was not started (use it in a with block)")
+        taken_over = self._context.step_owner is not StepSource.PROGRAM and self._steps_ended_by_source
+        self._context.step_owner = StepSource.PROGRAM
+        if taken_over:
+            # The optimizer ended this iteration's step a moment ago: what ran since belongs to
+            # no step, and the program's steps begin now.
+            self.restart_step()
+            return
+        self.end_step()
+
+    def _source_ends_step(self) -> None:
+        """A source that ends steps by itself (the optimizer, a Keras fit) ends one."""
+        self._steps_ended_by_source = True
+        self.end_step()
+
+    def end_step(self) -> None:
+        """End the current step: the program's call, or a source that ends steps by itself."""
         if self._context is None:
             raise RuntimeError("step() on a session that was not started (use it in a with block)")
         if self.forks.in_child:

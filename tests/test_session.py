@@ -140,3 +140,39 @@ def test_a_run_whose_compaction_fails_is_still_closed(tmp_path: Path) -> None:
     manifest = dlprof.load(tmp_path / "run").manifest
     assert manifest.status is RunStatus.COMPLETE
     assert manifest.notes and manifest.notes[0].startswith("making the saves final failed")
+
+
+@pytest.mark.torch
+def test_a_program_that_ends_its_steps_itself_takes_them_over_from_the_optimizer(tmp_path: Path) -> None:
+    """Under `dlprof run` each optimizer.step() ends a step, until the program calls
+    dlprof.step() itself: then its calls alone end steps, and no step is counted twice."""
+    import textwrap
+
+    from dlprof.config import ProfileConfig
+    from dlprof.runner import Target, run_target
+
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch, dlprof
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            model(torch.ones(2, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            dlprof.step()
+        with torch.no_grad():
+            model(torch.ones(2, 4))
+    """))
+    config = ProfileConfig(out=tmp_path / "run", name="train", collectors=("host", "layers"), auto_steps=True)
+    outcome = run_target(Target(str(script), is_module=False), config)
+    run = dlprof.load(outcome.run_dir)
+    steps = run.slices[run.slices["kind"] == "step"].sort_values("start_ns")
+    # Six iterations, then the step open at stop (the evaluation after the loop).
+    assert list(steps["name"]) == [f"ProfilerStep#{n}" for n in range(7)]
+    forwards = run.slices[run.slices["name"] == "Linear (Linear) forward"]
+    assert len(forwards) == 7
+    for _, step in steps.iterrows():
+        inside = forwards[(forwards["start_ns"] >= step["start_ns"])
+                          & (forwards["start_ns"] < step["start_ns"] + step["dur_ns"])]
+        assert len(inside) == 1, f"{step['name']} holds one iteration's forward"

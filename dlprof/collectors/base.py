@@ -46,6 +46,7 @@ class StepSource(Enum):
 
     OPTIMIZER = "optimizer.step()"
     KERAS_FIT = "Keras Model.fit"
+    PROGRAM = "the program's dlprof.step()"  # a program that ends its steps itself owns them
 
 
 @dataclass

@@ -45,17 +45,27 @@ class KerasFitSteps(Collector):
         callback = _callback_class(keras)
         context = self._context
 
+        def owned(action: Callable[[], None]) -> Callable[[], None]:
+            """The action, taken only while this fit ends the steps (not a program that calls
+            dlprof.step() itself, nor an outer fit)."""
+            def when_owner() -> None:
+                if context.step_owner is StepSource.KERAS_FIT:
+                    action()
+            return when_owner
+
         @functools.wraps(original)
         def fit_with_steps(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
-            bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), callback(context.restart_step, context.step)]
+            steps = callback(owned(context.restart_step), owned(context.step))
+            bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), steps]
             owner = context.step_owner
             if owner is None:
                 context.step_owner = StepSource.KERAS_FIT
             try:
                 return original(*bound.args, **bound.kwargs)
             finally:
-                context.step_owner = owner
+                if context.step_owner is StepSource.KERAS_FIT:
+                    context.step_owner = owner
 
         model_class.fit = fit_with_steps
         self._installed = (model_class, original)
