@@ -9,6 +9,7 @@ import pandas as pd
 
 from dlprof.analysis.steps import STEP_COLUMNS, StepPart, StepReport, StepStatus, excluded_steps, step_report
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
+from dlprof.cli.table_options import wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -54,6 +55,7 @@ REASONS = {
 @click.option("--format", "-f", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="Tables for a person, or CSV (one row per step) or JSON for a script.")
+@wide_option
 @engine_option
 def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
@@ -86,7 +88,8 @@ def print_steps(loaded: Run, rank: int | None = None, limit: int = 10,
     if not left_out.empty:
         shown = readable_columns(left_out, ["rank", "step"], [[("dur_ns", "Time")]])
         reasons = [REASONS[StepStatus(status)] for status in left_out["status"]]
-        write_table(shown.assign(Reason=reasons), f"{name}: steps left out of the statistics", fmt)
+        write_table(shown.assign(Reason=reasons), f"{name}: steps left out of the statistics", fmt,
+                    keep=["Step", "Reason"])
     listed = _listed(report, limit)
     title = "every step, in order" if not limit else f"the {len(listed)} slowest counted steps"
     shown = readable_columns(listed, ["rank", "step", "status"], [[("dur_ns", "Time"), *_PARTS]])

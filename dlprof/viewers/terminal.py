@@ -62,7 +62,9 @@ _KEEP_ORDER = (
     "Status", "Started", "Duration", "Script", "Events", "Size",
 )
 # Left-aligned text, shortened to fit: names, shapes, paths.
-_TEXT_COLUMNS = frozenset({"name", "input_shapes", "Script", "Latest arrival"})
+_TEXT_COLUMNS = frozenset({"name", "input_shapes", "Script", "Latest arrival", "step", "Step", "Op at peak"})
+# Columns of sentences: their cells wrap onto more lines rather than being cut.
+_PROSE_COLUMNS = frozenset({"reason", "Reason", "Why", "fix", "Fix"})
 
 
 class TimeUnit(NamedTuple):
@@ -273,8 +275,9 @@ def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = No
     columns = []
     for name in names:
         header, cells = format_column(name, values[name], unit=unit if is_time_column(name) else None)
-        text = name in _TEXT_COLUMNS
-        columns.append(Column(header, cells, text=text, priority=order.index(name),
+        prose = name in _PROSE_COLUMNS
+        text = prose or name in _TEXT_COLUMNS
+        columns.append(Column(header, cells, text=text, wrap=prose, priority=order.index(name),
                               shorten=short_name if name == "name" else cut_middle))
     print_columns(columns, title, stream)
 

@@ -35,6 +35,9 @@ def test_tables_name_the_steps_left_out_and_why(dataloader_run: Path, capsys: py
         assert title in out
     assert "warm-up: the program's first step" in out
     assert "partial: open when profiling stopped" in out
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    code, printed, err = run_cli(["steps", str(dataloader_run), "-n", "3", "--wide"], capsys)
+    out = " ".join(printed.split())
     for header in ("Median", "p90", "p99", "Std", "Data wait", "Forward", "Backward", "Optimizer", "Other"):
         assert header in out
 
