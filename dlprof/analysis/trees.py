@@ -164,10 +164,16 @@ _FRAMES = {
 }
 
 
-def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min_percent: float) -> pd.DataFrame:
+def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min_percent: float,
+          within: str | None = None) -> pd.DataFrame:
     """One query finds the frames, another sums the ops' execution time per (innermost frame,
     scope); the tree is built from those two small results."""
     scope = "s.scope" if view is TreeView.SCOPE else "CAST(NULL AS STRING)"
+    inside = ""
+    if within is not None:  # only the ops inside a slice of that name
+        enclosing = nearest_ancestor(run.engine.dialect, f"name = {run.engine.dialect.literal(within)}", rank)
+        inside = (f" JOIN ({enclosing}) AS w ON w.rank = s.rank AND w.id = s.id"
+                  " AND w.ancestor_id IS NOT NULL")
     frame_ancestry = nearest_ancestor(run.engine.dialect, _FRAMES[view], rank)
     with run.kept("dlprof_frame_ancestry", frame_ancestry) as ancestry, kept_op_costs(run, rank) as costs:
         frames = run.sql(
@@ -178,7 +184,7 @@ def _tree(run: Run, view: TreeView, rank: int | None, max_depth: int | None, min
         per_place = run.sql(
             f"SELECT a.ancestor_id AS frame_id, {scope} AS scope, sum(c.exec_ns) AS exec_ns, count(*) AS ops "
             f"FROM slices s JOIN {costs} c ON c.rank = s.rank AND c.id = s.id "
-            f"LEFT JOIN {ancestry} a ON a.rank = s.rank AND a.id = s.id "
+            f"LEFT JOIN {ancestry} a ON a.rank = s.rank AND a.id = s.id{inside} "
             f"WHERE s.{IS_OP}{rank_condition(rank, 's.rank')} GROUP BY a.ancestor_id, {scope}"
         )
     nodes = _Nodes()
@@ -238,9 +244,10 @@ def code_tree(run: Run, rank: int | None = None, max_depth: int | None = None,
 
 
 def tree(run: Run, view: TreeView, rank: int | None = None, max_depth: int | None = None,
-         min_percent: float = 0.0) -> pd.DataFrame:
-    """The scope or the code tree (see :func:`scope_tree` and :func:`code_tree`)."""
-    return _tree(run, view, rank, max_depth, min_percent)
+         min_percent: float = 0.0, within: str | None = None) -> pd.DataFrame:
+    """The scope or the code tree (see :func:`scope_tree` and :func:`code_tree`); ``within``:
+    only the ops inside a slice of that name (a region such as ``eval``, a step)."""
+    return _tree(run, view, rank, max_depth, min_percent, within)
 
 
 def tree_frame(parents: list[int], names: list[str], self_ns: npt.NDArray[np.int64],

@@ -29,6 +29,7 @@ Examples:
   dlprof tree RUN --view code --depth 12    # the Python call paths of the ops
   dlprof tree --min-percent 5               # only nodes with 5% of the time or more
   dlprof tree RUN --rank 1 --format json    # one rank, for scripts (node/parent numbers)
+  dlprof tree --within eval                 # only the ops inside the region (or step) named eval
 """
 
 
@@ -42,20 +43,22 @@ Examples:
 @click.option("--min-percent", "min_percent", type=FiniteFloatRange(0, 100), default=1.0,
               show_default=True, help="Hide nodes with less of the total time (and what is below them).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--within", default=None, metavar="NAME",
+              help="Only ops inside a slice of this name: a region (eval, train), a step.")
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
               help="A drawn tree for a person, CSV or JSON rows for a script.")
 @wide_option
 @engine_option
 def command(run: str | None, view: str, depth: int | None, min_percent: float, rank: int | None,
-            fmt: str) -> int:
+            within: str | None, fmt: str) -> int:
     loaded = open_run(run)
-    print_tree(loaded, TreeView(view), depth, min_percent, rank, TableFormat(fmt))
+    print_tree(loaded, TreeView(view), depth, min_percent, rank, TableFormat(fmt), within)
     return 0
 
 
 def print_tree(loaded: Run, view: TreeView, depth: int | None = None, min_percent: float = 1.0,
-               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE) -> None:
+               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE, within: str | None = None) -> None:
     """Print a run's scope or code tree, or fail with one line saying what the run lacks."""
     check_rank(loaded, rank)
     where = f" on rank {rank}" if rank is not None else ""
@@ -67,12 +70,15 @@ def print_tree(loaded: Run, view: TreeView, depth: int | None = None, min_percen
             f"{loaded.path}: no Python stacks{where}; record them with dlprof run --with-stack "
             "(PyTorch) or TensorFlow's Python tracer"
         )
-    table = tree(loaded, view, rank=rank, max_depth=depth, min_percent=min_percent)
+    table = tree(loaded, view, rank=rank, max_depth=depth, min_percent=min_percent, within=within)
     root = table.iloc[0]
+    if within is not None and not root["ops"]:
+        raise UsageError(f"{loaded.path}: no ops{where} inside a slice named {within!r}")
     if view is TreeView.SCOPE and len(table) == 1 and root["self_ns"] == root["total_ns"]:
         raise UsageError(
             f"{loaded.path}: no name scopes or module slices around the ops{where}; for PyTorch, "
             "profile with the layers collector (dlprof run --collectors torch,layers)"
         )
-    title = f"{loaded.path.name}: {view} view, op time per node ({loaded.status})"
+    inside = f" within {within}" if within is not None else ""
+    title = f"{loaded.path.name}: {view} view, op time per node{inside} ({loaded.status})"
     write_tree(table, title, fmt)

@@ -205,3 +205,13 @@ def test_one_rank_of_two(two_rank_run: Path) -> None:
     both, first = scope_tree(run), scope_tree(run, rank=1)
     assert len(both) == len(first) == 1
     assert both["total_ns"].iloc[0] == 2 * first["total_ns"].iloc[0] == 2 * first["self_ns"].iloc[0]
+
+
+@pytest.mark.torch
+def test_within_a_region_the_tree_holds_only_the_ops_inside_it(cnn_run: Path) -> None:
+    run = dlprof.load(cnn_run)
+    walk = Walk(run)
+    inside = [i for i in walk.ops() if any(walk.rows[a]["name"] == "forward" for a in walk.ancestors(i))]
+    whole, forward = tree(run, TreeView.SCOPE), tree(run, TreeView.SCOPE, within="forward")
+    assert forward["ops"].iloc[0] == len(inside) < whole["ops"].iloc[0]
+    assert not forward["name"].str.contains("backward").any(), "the forward region holds no backward"
