@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pprof": ("tau_profile", "A run's flat profile per rank and thread, in TAU's pprof layout."),
     "ranks": ("ranks", "Compare the ranks of a job: compute, communication, idle, stragglers."),
     "report": ("report", "Write a run's report as one HTML file that works offline."),
+    "roofline": ("roofline", "Each op, kernel or layer against its device's roofline: bound, % of roof."),
     "run": ("run", "Run a Python script (or -m module) under the profiler."),
     "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
     "tree": ("tree", "Op time down a tree of name scopes, layers or Python code."),

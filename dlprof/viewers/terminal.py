@@ -47,6 +47,7 @@ _HEADERS = {
     "bytes": "Bytes",
     "flops": "FLOPs",
     "device_ns": "Device",
+    "time_ns": "Time",
     "rank_min_ns": "Rank min",
     "rank_median_ns": "Rank median",
     "rank_max_ns": "Rank max",
