@@ -77,7 +77,7 @@ def _gpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
         f"CASE WHEN w.kind = '{PROFILER_RANGE}' THEN NULL ELSE w.dur_ns END AS time_ns, "
         f"w.grid, w.block, w.registers, w.shared_memory, w.blocks_per_sm, w.bytes AS slice_bytes, "
         f"o.id AS op_id, o.name AS op_name, o.input_shapes, o.input_dtypes, o.flops AS op_flops, {layer}, "
-        f"k.counted_flops, k.counted_bytes, k.flop_counters "
+        f"c.start_ns AS launch_ns, k.counted_flops, k.counted_bytes, k.flop_counters "
         f"FROM slices w LEFT JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
         f"LEFT JOIN slices o ON o.rank = c.rank AND o.id = c.parent_id{layer_join} "
         f"LEFT JOIN ({{counters}}) AS k ON k.rank = w.rank AND k.slice_id = w.id "
@@ -94,7 +94,7 @@ def _cpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
         f"CAST(NULL AS VARCHAR) AS grid, CAST(NULL AS VARCHAR) AS block, CAST(NULL AS INTEGER) AS registers, "
         f"CAST(NULL AS BIGINT) AS shared_memory, CAST(NULL AS FLOAT) AS blocks_per_sm, "
         f"CAST(NULL AS BIGINT) AS slice_bytes, o.id AS op_id, o.name AS op_name, o.input_shapes, "
-        f"o.input_dtypes, o.flops AS op_flops, {layer}, CAST(NULL AS DOUBLE) AS counted_flops, "
+        f"o.input_dtypes, o.flops AS op_flops, {layer}, o.start_ns AS launch_ns, CAST(NULL AS DOUBLE) AS counted_flops, "
         f"CAST(NULL AS DOUBLE) AS counted_bytes, 0 AS flop_counters "
         f"FROM slices o{layer_join} WHERE o.kind = '{Kind.OP}' AND o.flops IS NOT NULL AND {ON_CPU.replace('device', 'o.device')}"
         f"{rank_condition(rank, 'o.rank')}"
@@ -112,7 +112,7 @@ def work_items(run: Run, rank: int | None = None, with_layers: bool = False) -> 
     Returns:
         Items with columns ``rank``, ``id``, ``kind``, ``name``, ``device``, ``time_ns`` (None
         where the trace holds a placeholder), the launch configuration, ``op_id``, ``op_name``,
-        ``input_shapes``, ``layer``, ``flops``, ``flops_source``, ``bytes``, ``bytes_source``,
+        ``input_shapes``, ``layer``, ``launch_ns`` (when the CPU launched it), ``flops``, ``flops_source``, ``bytes``, ``bytes_source``,
         ``mode`` (a :class:`~dlprof.analysis.math_modes.MathMode`).
     """
     from dlprof.analysis.ancestry import nearest_ancestor

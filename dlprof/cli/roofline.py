@@ -10,6 +10,7 @@ import pandas as pd
 from dlprof.analysis.roofline import Roofline, RooflineKey, roofline
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
 from dlprof.cli.table_options import wide_option
+from dlprof.hardware.devices import Origin, Vendor
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -85,9 +86,10 @@ def si(value: float, unit: str = "") -> str:
 
 def coverage_line(found: Roofline) -> str:
     """The share of the run's time whose FLOPs are known, and the device measured against."""
-    what = "device time" if found.device.vendor != "cpu" else "op self time"
-    return (f"coverage: {100 * found.coverage:.1f}% of {what} has known FLOPs; device: {found.device.name} "
-            f"({found.device.origin}: {found.device.source_url or found.device.source})")
+    what = "op self time" if found.device.vendor is Vendor.CPU else "device time"
+    where = ("nominal figures, not a datasheet or a measurement" if found.device.origin is Origin.NOMINAL
+             else f"{found.device.origin}: {found.device.source_url or found.device.source}")
+    return f"coverage: {100 * found.coverage:.1f}% of {what} has known FLOPs; device: {found.device.name} ({where})"
 
 
 def print_roofline(loaded: Run, key: RooflineKey, device: str | None, rank: int | None, limit: int,
