@@ -48,6 +48,8 @@ _HEADERS = {
     "flops": "FLOPs",
     "device_ns": "Device",
     "time_ns": "Time",
+    "source_ns": "Source",
+    "target_ns": "Target",
     "rank_min_ns": "Rank min",
     "rank_median_ns": "Rank median",
     "rank_max_ns": "Rank max",
