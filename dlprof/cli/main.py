@@ -18,7 +18,7 @@ from dlprof import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "counters": ("counters", "List the counters dlprof can count on this machine, per backend."),
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
-    "estimate": ("estimate", "Predict a run's step and op times on another device (wave scaling, roofline)."),
+    "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
     "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, launch delays."),
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
