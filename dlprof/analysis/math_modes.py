@@ -52,6 +52,12 @@ class MathMode:
     def label(self) -> str:
         return f"{self.precision} tensor core" if self.tensor_core else str(self.precision)
 
+    @classmethod
+    def from_label(cls, label: str) -> MathMode:
+        """The mode a :attr:`label` names (``tf32 tensor core``)."""
+        precision, _, units = label.partition(" ")
+        return cls(Precision(precision), bool(units))
+
     def peak(self, device: Device) -> float | None:
         """The device's peak for this mode: its matrix peak for tensor-core work; its fp64 or
         fp32 vector peak otherwise (datasheets give no vector fp16 figure, so half-precision

@@ -150,3 +150,30 @@ def roofline(run: Run, key: RooflineKey = RooflineKey.OP, device_name: str | Non
                          "collector, or use --by op or --by kernel")
     known = items.table["time_ns"].where(items.table["flops"].notna(), 0).fillna(0).sum()
     return Roofline(roofline_rows(items, key, device), device, int(known), items.total_ns)
+
+
+def roofline_chart(run: Run, limit: int) -> dict[str, object]:
+    """What the HTML report's roofline plot draws, as plain values.
+
+    Args:
+        run: the loaded run.
+        limit: the most points (the longest rows).
+
+    Returns:
+        ``device``, ``bandwidth`` (bytes/s), ``peaks`` (mode label -> FLOP/s, the modes plotted),
+        ``coverage``, ``points`` (``name``, ``intensity``, ``flop_rate``, ``time_ns``, ``bound``,
+        ``mode``) and ``reason`` (why there is no plot; empty when there is one).
+    """
+    try:
+        found = roofline(run, RooflineKey.OP)
+    except ValueError as error:  # no device row fits
+        return {"points": [], "reason": str(error)}
+    placed = found.table.dropna(subset=["intensity", "flop_rate"]).head(limit)
+    peaks = {label: MathMode.from_label(label).peak(found.device) for label in dict.fromkeys(placed["mode"])}
+    points = [{"name": f"{r.name} {r.shapes}".strip(), "intensity": float(r.intensity),
+               "flop_rate": float(r.flop_rate), "time_ns": int(r.time_ns), "bound": r.bound, "mode": r.mode}
+              for r in placed.itertuples(index=False)]
+    return {"device": found.device.name, "bandwidth": found.device.memory_bandwidth,
+            "peaks": {label: peak for label, peak in peaks.items() if peak},
+            "coverage": found.coverage, "points": points,
+            "reason": "" if points else "no op with both FLOPs and bytes known to place on the roofline"}

@@ -399,3 +399,21 @@ def test_hostile_names_are_text(evil_run: Path, page: DevTools, tmp_path: Path,
     assert page.evaluate("document.querySelectorAll('script').length") == 2
     assert EVIL[1] in page.evaluate("document.querySelector('[data-testid=\"summary-command\"]').textContent")
     assert page.problems(report.as_uri()) == []
+
+
+def test_roofline_plot_data_and_drawing(cnn_run: Path, kernel_run: Path, page: DevTools, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from dlprof.analysis.roofline import RooflineKey, roofline
+
+    # HTA's simple_add trace recorded no input shapes: no op has FLOPs, so no plot, and why.
+    assert "no op with both FLOPs and bytes" in report_data(dlprof.load(kernel_run))["roofline"]["reason"]
+    run = dlprof.load(cnn_run)
+    chart = report_data(run)["roofline"]
+    table = roofline(run, RooflineKey.OP).table.dropna(subset=["intensity", "flop_rate"])
+    assert chart["device"].startswith("CPU (nominal)") and not chart["reason"]
+    assert [p["flop_rate"] for p in chart["points"]] == pytest.approx(table["flop_rate"].tolist())
+    page.open(_write_report(cnn_run, tmp_path / "report.html", capsys))
+    drawn = page.evaluate("document.querySelectorAll('[data-testid=\"roofline-point\"]').length")
+    roofs = page.evaluate("document.querySelectorAll('[data-testid=\"roof\"]').length")
+    assert drawn == len(chart["points"]) and roofs == len(chart["peaks"]) >= 1
+    assert page.problems((tmp_path / "report.html").as_uri()) == []
