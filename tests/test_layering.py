@@ -54,6 +54,7 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.clock": Layer.CORE,
     "dlprof.schedule": Layer.CORE,
     "dlprof.distributed": Layer.CORE,
+    "dlprof.hardware": Layer.CORE,  # the device table: data, no layer above it
     "dlprof.store": Layer.STORE,
     "dlprof.support": Layer.SUPPORT,
     # The query engines are the store's reading side: Run.engine opens one over the run's files.

@@ -24,6 +24,7 @@ import pandas as pd
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
+from dlprof.analysis.roofline import roofline_chart
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.steps import step_report
 from dlprof.analysis.tuning import tuning_candidates
@@ -51,7 +52,7 @@ class ReportLimits:
 
 # Called with the name of each stage as it starts, so a caller can show progress.
 Progress = Callable[[str], None]
-STAGES = ("summary", "steps", "tables", "timeline", "memory", "counters", "metrics", "tuning")
+STAGES = ("summary", "steps", "tables", "timeline", "memory", "counters", "metrics", "tuning", "roofline")
 
 
 def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progress | None = None) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
 
     Returns:
         A dict of plain values (str, int, float, None, lists, dicts) with keys ``summary``,
-        ``steps``, ``tables``, ``timeline``, ``memory``, ``counters``, ``metrics`` and ``tuning``.
+        ``steps``, ``tables``, ``timeline``, ``memory``, ``counters``, ``metrics``, ``tuning`` and ``roofline``.
         Times are nanoseconds; timeline and curve times are offsets from ``summary.t0_ns``.
     """
     report = progress or (lambda stage: None)
@@ -85,6 +86,8 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
     data["metrics"] = _metrics(run, limits.metric_rows)
     report("tuning")
     data["tuning"] = _tuning(run, limits.metric_rows)
+    report("roofline")
+    data["roofline"] = roofline_chart(run, limits.metric_rows)
     return data
 
 

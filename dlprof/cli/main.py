@@ -18,6 +18,7 @@ from dlprof import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "counters": ("counters", "List the counters dlprof can count on this machine, per backend."),
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
+    "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
     "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, launch delays."),
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pprof": ("tau_profile", "A run's flat profile per rank and thread, in TAU's pprof layout."),
     "ranks": ("ranks", "Compare the ranks of a job: compute, communication, idle, stragglers."),
     "report": ("report", "Write a run's report as one HTML file that works offline."),
+    "roofline": ("roofline", "Each op, kernel or layer against its device's roofline: bound, % of roof."),
     "run": ("run", "Run a Python script (or -m module) under the profiler."),
     "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
     "steps": ("steps", "Step-time statistics and where each step's time goes, warm-up left out."),

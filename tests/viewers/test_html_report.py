@@ -422,4 +422,21 @@ def test_memory_peak_marked_and_tabled_in_the_browser(cnn_run: Path, page: DevTo
     assert cells[0]["op"] == peak["op"] and cells[0]["step"] == peak["step"]
     live = page.evaluate(_CELLS.replace("table-{kind}", "table-memory-live"))
     assert [row["name"] for row in live] == [row[2] for row in data["live"]["rows"]]
+
+
+def test_roofline_plot_data_and_drawing(cnn_run: Path, kernel_run: Path, page: DevTools, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from dlprof.analysis.roofline import RooflineKey, roofline
+
+    # HTA's simple_add trace recorded no input shapes: no op has FLOPs, so no plot, and why.
+    assert "no op with both FLOPs and bytes" in report_data(dlprof.load(kernel_run))["roofline"]["reason"]
+    run = dlprof.load(cnn_run)
+    chart = report_data(run)["roofline"]
+    table = roofline(run, RooflineKey.OP).table.dropna(subset=["intensity", "flop_rate"])
+    assert chart["device"].startswith("CPU (nominal)") and not chart["reason"]
+    assert [p["flop_rate"] for p in chart["points"]] == pytest.approx(table["flop_rate"].tolist())
+    page.open(_write_report(cnn_run, tmp_path / "report.html", capsys))
+    drawn = page.evaluate("document.querySelectorAll('[data-testid=\"roofline-point\"]').length")
+    roofs = page.evaluate("document.querySelectorAll('[data-testid=\"roof\"]').length")
+    assert drawn == len(chart["points"]) and roofs == len(chart["peaks"]) >= 1
     assert page.problems((tmp_path / "report.html").as_uri()) == []

@@ -372,6 +372,50 @@
     draw();
   }
 
+
+  // The roofline: log-log, FLOPs per byte against FLOP/s; one roof per math mode present
+  // (min(peak, bandwidth x intensity)), one dot per op, its area by time.
+  function renderRoofline() {
+    var rf = data.roofline, box = section("roofline", "Roofline");
+    if (!rf || !rf.points.length) { note(box, (rf && rf.reason) || "no roofline for this run", "roofline-reason"); return; }
+    note(box, rf.device + ": " + (100 * rf.coverage).toFixed(1) + "% of device time has known FLOPs; " +
+         "dots are ops (area: time), lines the roof of each math mode.", "roofline-note");
+    var W = 640, H = 360, L = 60, B = 40, peaks = Object.keys(rf.peaks).map(function (k) { return rf.peaks[k]; });
+    var xs = rf.points.map(function (p) { return p.intensity; }), ys = rf.points.map(function (p) { return p.flop_rate; });
+    var ridge = Math.max.apply(null, peaks.map(function (p) { return p / rf.bandwidth; }).concat([1]));
+    var x0 = Math.floor(Math.log10(Math.min.apply(null, xs.concat([ridge / 100])))),
+        x1 = Math.ceil(Math.log10(Math.max.apply(null, xs.concat([ridge * 10]))));
+    var y0 = Math.floor(Math.log10(Math.min.apply(null, ys))),
+        y1 = Math.ceil(Math.log10(Math.max.apply(null, ys.concat(peaks))));
+    function px(v) { return L + (Math.log10(v) - x0) / (x1 - x0) * (W - L - 10); }
+    function py(v) { return H - B - (Math.log10(v) - y0) / (y1 - y0) * (H - B - 10); }
+    var svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, "data-testid": "roofline-plot" });
+    for (var e = x0; e <= x1; e++) {
+      svg.appendChild(svgEl("text", { x: px(Math.pow(10, e)), y: H - B + 16, "text-anchor": "middle", "font-size": 10 }, "1e" + e));
+    }
+    for (var f = y0; f <= y1; f++) {
+      svg.appendChild(svgEl("text", { x: L - 4, y: py(Math.pow(10, f)) + 3, "text-anchor": "end", "font-size": 10 }, "1e" + f));
+    }
+    svg.appendChild(svgEl("text", { x: (L + W) / 2, y: H - 6, "text-anchor": "middle", "font-size": 11 }, "FLOPs per byte"));
+    svg.appendChild(svgEl("text", { x: 12, y: H / 2, "font-size": 11, transform: "rotate(-90 12 " + H / 2 + ")",
+                                    "text-anchor": "middle" }, "FLOP/s"));
+    Object.keys(rf.peaks).forEach(function (mode) {
+      var peak = rf.peaks[mode], knee = peak / rf.bandwidth, left = Math.pow(10, x0), right = Math.pow(10, x1);
+      var start = Math.max(left, Math.pow(10, y0) / rf.bandwidth);
+      svg.appendChild(svgEl("polyline", { fill: "none", stroke: "#555", "stroke-width": 1.5, "data-testid": "roof",
+        points: px(start) + "," + py(start * rf.bandwidth) + " " + px(knee) + "," + py(peak) + " " + px(right) + "," + py(peak) }));
+      svg.appendChild(svgEl("text", { x: W - 12, y: py(peak) - 4, "text-anchor": "end", "font-size": 10 }, mode));
+    });
+    var longest = Math.max.apply(null, rf.points.map(function (p) { return p.time_ns; }));
+    rf.points.forEach(function (p) {
+      var dot = svgEl("circle", { cx: px(p.intensity), cy: py(p.flop_rate), r: 2 + 8 * Math.sqrt(p.time_ns / longest),
+        fill: p.bound === "compute" ? "#c0392b" : "#2c7fb8", "fill-opacity": 0.6, "data-testid": "roofline-point" });
+      dot.appendChild(svgEl("title", null, p.name + ": " + p.mode + ", " + p.bound + "-bound, " + fmtTime(p.time_ns)));
+      svg.appendChild(dot);
+    });
+    box.appendChild(svg);
+  }
+
   renderSummary();
   renderSteps();
   renderTables();
@@ -380,5 +424,6 @@
   renderCurves("counters", "Counters", data.counters);
   renderTableSection("metrics", "Derived metrics", data.metrics);
   renderTableSection("tuning", "Tuning candidates", data.tuning);
+  renderRoofline();
   document.body.setAttribute("data-rendered", "true");
 }());

@@ -1,0 +1,274 @@
+"""Predict a run's step time on another device, op by op, with every assumption stated.
+
+    found = estimate(run, named_device("v100"))
+    found.median_step_ns, found.median_target_step_ns
+    found.ops          # op, shapes, calls, source_ns, target_ns, method, bound
+    found.assumptions  # the model's assumptions, in words
+
+Each device slice is predicted on its own (:func:`predict_item`):
+
+- GEMM and convolution kernels (by name, or by the op that launched them) by their roofline:
+  target = source x roof time on the target / roof time on the source x efficiency at the
+  source / efficiency at the target, in each device's math mode for the work (an fp32 matmul run
+  as TF32 on an A100 runs as SGEMM on a V100). Efficiencies come from an :class:`Efficiencies`
+  (a measured table, later); without one, equal efficiency is assumed where the math mode is the
+  same on both, and where it is not (efficiency does not carry across math modes: TF32 kernels on
+  an A100 reach about a fifth of their peak where a V100's SGEMM reaches two thirds or more), the
+  kernel is wave-scaled instead.
+- Other kernels with a launch configuration by Habitat's wave scaling
+  (:mod:`dlprof.analysis.wave_scaling`), or with ``Method.ROOFLINE`` by their roof ratio.
+- Copies by link bandwidth: host-device copies by PCIe, device-device copies and memsets by
+  memory bandwidth.
+- Collectives are excluded (their time depends on the other ranks and the network) and listed.
+
+A step's predicted time is its measured time plus the change in its device time: the GPU's work
+is taken to be on the step's critical path, and the CPU's time is unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from dlprof.analysis.math_modes import MathMode
+from dlprof.analysis.roofline import Bound
+from dlprof.analysis.run_device import run_device
+from dlprof.analysis.traffic import parse_list
+from dlprof.analysis.wave_scaling import Launch, is_sub_wave, wave_scaled_ns
+from dlprof.analysis.work_items import work_items
+from dlprof.hardware.devices import Device
+from dlprof.keys import Kind
+from dlprof.store.reader import Run
+
+OP_COLUMNS = ["op", "shapes", "calls", "source_ns", "target_ns", "method", "bound"]
+_GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|cudnn|xmma|gmma|wgrad|dgrad|fprop|implicit", re.IGNORECASE)
+_GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                       "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+                       "aten::_convolution", "aten::cudnn_convolution", "aten::convolution_backward"})
+_COLLECTIVE = re.compile(r"^(nccl|rccl)|^c10d::|^gloo:", re.IGNORECASE)
+
+
+class Method(StrEnum):
+    """``dlprof estimate --method``: the model for kernels that are neither GEMMs nor copies."""
+
+    WAVE = "wave"  # Habitat's wave scaling
+    ROOFLINE = "roofline"  # the ratio of the two devices' roofs at the kernel's intensity
+
+
+class Treatment(StrEnum):
+    """What predicted one device slice."""
+
+    ROOFLINE = "roofline"
+    WAVE = "wave"
+    SUB_WAVE = "sub-wave"  # one wave or less on the origin: clock and occupancy only
+    COPY = "copy"
+    BANDWIDTH = "bandwidth"  # no launch configuration and no FLOPs: memory bandwidth ratio
+    EXCLUDED = "excluded"  # a collective
+
+
+class Efficiencies(Protocol):
+    """Measured GEMM efficiencies (achieved / peak) per device and math mode: the hook through
+    which a calibration replaces the equal-efficiency assumption."""
+
+    def efficiency(self, device: Device, mode: MathMode) -> float | None: ...
+
+
+class EqualEfficiency:
+    """No measurements: every efficiency unknown, so equal efficiency is assumed where it may be."""
+
+    def efficiency(self, device: Device, mode: MathMode) -> float | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A run's predicted time on another device."""
+
+    source: Device
+    target: Device
+    method: Method
+    ops: pd.DataFrame  # OP_COLUMNS, the longest on the source first
+    steps: pd.DataFrame  # rank, step, source_ns, target_ns
+    excluded: pd.DataFrame  # name, calls, time_ns: collectives left as they were
+    predicted_ns: int  # device time a model predicted, on the source
+    total_ns: int  # all device time on the source
+    assumptions: tuple[str, ...]
+
+    @property
+    def coverage(self) -> float:
+        return self.predicted_ns / self.total_ns if self.total_ns else 0.0
+
+    @property
+    def median_step_ns(self) -> float | None:
+        return float(self.steps["source_ns"].median()) if len(self.steps) else None
+
+    @property
+    def median_target_step_ns(self) -> float | None:
+        return float(self.steps["target_ns"].median()) if len(self.steps) else None
+
+
+def _dims(text: Any) -> int:
+    values = parse_list(text if isinstance(text, str) else None)
+    return int(np.prod([v for v in values if isinstance(v, int)])) if values else 0
+
+
+def _roof_ns(flops: float, moved: float, mode: MathMode, device: Device) -> float | None:
+    peak = mode.peak(device)
+    if not peak:
+        return None
+    return max(flops / peak, moved / device.memory_bandwidth if moved == moved else 0.0)
+
+
+def is_gemm(kernel: str, op: str | None) -> bool:
+    """Whether a kernel is matrix-product or convolution work, by its name or its op's."""
+    return bool(_GEMM_KERNEL.search(kernel)) or (op in _GEMM_OPS)
+
+
+def predict_item(item: Any, origin: Device, target: Device, method: Method,
+                 efficiencies: Efficiencies) -> tuple[float | None, Treatment, Bound | None]:
+    """One device slice's predicted time on ``target``.
+
+    Args:
+        item: a row of :func:`~dlprof.analysis.work_items.work_items` (``kind``, ``name``,
+            ``time_ns``, ``flops``, ``bytes``, ``mode``, ``grid``, ``block``, ``registers``,
+            ``shared_memory``, ``op_name``).
+        origin: the device it ran on.
+        target: the device to predict for.
+        method: the model for kernels that are neither GEMMs nor copies.
+        efficiencies: measured GEMM efficiencies, or :class:`EqualEfficiency`.
+
+    Returns:
+        (predicted ns or None when excluded, what predicted it, the bound on the target where known).
+    """
+    name, time = str(item.name), float(item.time_ns)
+    if _COLLECTIVE.search(name) or _COLLECTIVE.search(str(item.op_name or "")) or item.kind == Kind.COMM:
+        return None, Treatment.EXCLUDED, None
+    if item.kind in (Kind.MEMCPY, Kind.MEMSET):
+        host = "HtoD" in name or "DtoH" in name
+        ratio = ((origin.copy_bandwidth or 1) / (target.copy_bandwidth or 1) if host
+                 else origin.memory_bandwidth / target.memory_bandwidth)
+        return time * ratio, Treatment.COPY, Bound.MEMORY
+    flops, moved, mode = float(item.flops), float(item.bytes), item.mode
+    known = flops == flops and flops > 0
+    intensity = flops / moved if known and moved == moved and moved > 0 else None
+    target_mode = mode.on(target)
+    ridge = target.ridge_point(target_mode.precision)
+    bound = None if intensity is None or ridge is None else (Bound.MEMORY if intensity < ridge else Bound.COMPUTE)
+    gemm = is_gemm(name, item.op_name if isinstance(item.op_name, str) else None)
+    if known and (gemm or method is Method.ROOFLINE):
+        at_source, at_target = _roof_ns(flops, moved, mode, origin), _roof_ns(flops, moved, target_mode, target)
+        measured = efficiencies.efficiency(origin, mode), efficiencies.efficiency(target, target_mode)
+        if at_source and at_target and (None not in measured or target_mode == mode or not gemm):
+            ratio = at_target / at_source
+            if measured[0] is not None and measured[1] is not None:
+                ratio *= measured[0] / measured[1]
+            return time * ratio, Treatment.ROOFLINE, bound
+    blocks, threads = _dims(item.grid), _dims(item.block)
+    if blocks and threads and method is Method.WAVE:
+        launch = Launch(blocks, threads, int(item.registers or 0), int(item.shared_memory or 0))
+        predicted = wave_scaled_ns(time, origin, target, launch, intensity, target_mode.precision)
+        return predicted, Treatment.SUB_WAVE if is_sub_wave(origin, launch) else Treatment.WAVE, bound
+    return time * origin.memory_bandwidth / target.memory_bandwidth, Treatment.BANDWIDTH, Bound.MEMORY
+
+
+def assumptions(method: Method, efficiencies: Efficiencies, source: Device, target: Device) -> tuple[str, ...]:
+    """The model's assumptions in words, for the output."""
+    stated = [
+        f"device figures: {source.name} and {target.name} from {source.origin}/{target.origin} rows",
+        "GEMM and convolution kernels: time scales with the roof (max of FLOPs / peak and bytes / "
+        "bandwidth) in each device's math mode for the work",
+        "equal GEMM efficiency (achieved / peak) on both devices where the math mode is the same; "
+        "where it differs, efficiency does not carry over and the kernel is wave-scaled"
+        if isinstance(efficiencies, EqualEfficiency) else "GEMM efficiencies from the given measurements",
+        "other kernels: Habitat's wave scaling over bandwidth, clock and SMs, gamma from intensity "
+        "against the target's ridge point; kernels of one wave or less: clock ratio and the target's waves"
+        if method is Method.WAVE else "other kernels: the ratio of the two roofs at the kernel's intensity",
+        "kernels with unknown FLOPs are taken as memory-bound",
+        "host-device copies scale with PCIe bandwidth, device copies and memsets with memory bandwidth",
+        "collectives are excluded and unchanged (they depend on the other ranks and the network)",
+        "a step changes by its device time's change: the GPU is on the critical path, the CPU's time is unchanged",
+    ]
+    return tuple(stated)
+
+
+def predict_items(items: pd.DataFrame, source: Device, target: Device, method: Method,
+                  efficiencies: Efficiencies) -> pd.DataFrame:
+    """``items`` with ``target_ns``, ``treatment`` and ``target_bound`` added (a pure function)."""
+    timed = items.dropna(subset=["time_ns"]).copy()
+    predictions = [predict_item(row, source, target, method, efficiencies) for row in timed.itertuples(index=False)]
+    timed["target_ns"] = [p[0] for p in predictions]
+    timed["treatment"] = [str(p[1]) for p in predictions]
+    timed["target_bound"] = [str(p[2]) if p[2] else "" for p in predictions]
+    return timed
+
+
+def _op_rows(items: pd.DataFrame) -> pd.DataFrame:
+    predicted = items[items["treatment"] != Treatment.EXCLUDED].copy()
+    predicted["op"] = predicted["op_name"].fillna("(no launching op)")
+    predicted["shapes"] = predicted["input_shapes"].fillna("")
+    rows = []
+    for (op, shapes), part in predicted.groupby(["op", "shapes"], sort=False):
+        longest = part.loc[part["time_ns"].astype("float64").idxmax()]
+        treatments = sorted(set(part["treatment"]))
+        rows.append({"op": op, "shapes": shapes, "calls": max(int(part["op_id"].nunique()), 1),
+                     "source_ns": int(part["time_ns"].sum()), "target_ns": round(float(part["target_ns"].sum())),
+                     "method": "+".join(treatments), "bound": longest["target_bound"]})
+    frame = pd.DataFrame(rows, columns=OP_COLUMNS)
+    return frame.sort_values(["source_ns", "op"], ascending=[False, True], ignore_index=True)
+
+
+def _steps(run: Run, items: pd.DataFrame, rank: int | None) -> pd.DataFrame:
+    from dlprof.analysis.sql import rank_condition
+
+    steps = run.sql(f"SELECT rank, name AS step, start_ns, dur_ns FROM slices WHERE kind = '{Kind.STEP}'"
+                    f"{rank_condition(rank)} ORDER BY rank, start_ns")
+    rows = []
+    change = items["target_ns"].fillna(items["time_ns"]).astype("float64") - items["time_ns"].astype("float64")
+    for step in steps.itertuples(index=False):
+        inside = (items["rank"] == step.rank) & (items["launch_ns"] >= step.start_ns) & (
+            items["launch_ns"] < step.start_ns + step.dur_ns)
+        rows.append({"rank": step.rank, "step": step.step, "source_ns": int(step.dur_ns),
+                     "target_ns": round(float(step.dur_ns + change[inside].sum()))})
+    return pd.DataFrame(rows, columns=["rank", "step", "source_ns", "target_ns"])
+
+
+def estimate(run: Run, target: Device, method: Method = Method.WAVE, rank: int | None = None,
+             efficiencies: Efficiencies | None = None, source_name: str | None = None) -> Estimate:
+    """Predict a GPU run's device time and steps on ``target``.
+
+    Args:
+        run: the loaded run.
+        target: the device to predict for.
+        method: the model for kernels that are neither GEMMs nor copies.
+        rank: only this rank.
+        efficiencies: measured GEMM efficiencies (default: none, equal efficiency assumed).
+        source_name: the device the run ran on, when its recorded one does not resolve.
+
+    Raises:
+        UnknownDevice: the run's device resolves to no row.
+        ValueError: the run has no device work to predict.
+    """
+    measured = efficiencies or EqualEfficiency()
+    source = run_device(run, source_name, rank)
+    found = work_items(run, rank)
+    if not found.on_gpu or found.table["time_ns"].isna().all():
+        raise ValueError(f"{run.path}: no timed device work (kernels, copies) to predict; estimate needs a GPU run")
+    items = predict_items(found.table, source, target, method, measured)
+    excluded = items[items["treatment"] == Treatment.EXCLUDED]
+    excluded_rows = (excluded.groupby("name", sort=False)["time_ns"].agg(["count", "sum"]).reset_index()
+                     .rename(columns={"count": "calls", "sum": "time_ns"}).sort_values("time_ns", ascending=False))
+    predicted_ns = int(items.loc[items["treatment"] != Treatment.EXCLUDED, "time_ns"].sum())
+    return Estimate(source, target, method, _op_rows(items), _steps(run, items, rank), excluded_rows,
+                    predicted_ns, found.total_ns, assumptions(method, measured, source, target))
+
+
+def relative_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """|sum(predicted) - sum(measured)| / sum(measured): the error on a total."""
+    total = float(np.sum(measured))
+    return abs(float(np.sum(predicted)) - total) / total if total else float("nan")
