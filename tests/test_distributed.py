@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dlprof
+from dlprof.cli.run import rank_table_state
 from dlprof.collectors.rank_clock import EXCHANGE_RANGE
 from dlprof.distributed import RUN_DIR_VARIABLE, RankEnvironment, shared_run_dir
 from dlprof.keys import Kind, RunStatus
@@ -126,6 +127,16 @@ def test_plain_torchrun_ranks_agree_on_a_directory(tmp_path: Path) -> None:
     assert len(runs) == 1 and "-ddp_train-" in runs[0].name
     run = dlprof.load(runs[0])
     assert run.manifest.ranks == [0, 1] and run.status is RunStatus.COMPLETE
+    # Rank 0 prints its table once its own part is saved; the job may still be saving then, and
+    # the title says so rather than calling the shown rank's run "running".
+    title = " ".join(done.stdout.split())
+    assert "top op by micros (rank 0 complete; " in title, done.stdout[:2000]
+    assert "(running)" not in title
+
+
+def test_a_rank_table_title_says_what_is_still_running() -> None:
+    assert rank_table_state(0, RunStatus.COMPLETE, RunStatus.RUNNING) == "rank 0 complete; other ranks still saving"
+    assert rank_table_state(0, RunStatus.COMPLETE, RunStatus.FAILED) == "rank 0 complete; job failed"
 
 
 def test_rank_environment_reads_torchrun_variables() -> None:

@@ -26,12 +26,15 @@ Definitions (nanoseconds throughout):
   windows.
 - Steps are matched across ranks by their number, and collectives within a step by name and order:
   the k-th top-level communication slice (or collective kernel) of a name in a step, by start.
-  A rank's arrival at a collective is that slice's start; its arrival lag is the start minus the
-  median start over the ranks that hold it, its step lag its step time (the CPU step's duration)
-  minus the median. Ranks' timestamps are compared as the run holds them: arrival lags are as
-  good as the alignment of the ranks' clocks.
-- A rank is a straggler in a step when either lag exceeds ``threshold_pct`` percent of the
-  step's median time over ranks.
+  A rank's arrival at a collective is that slice's start. Ranks' timestamps are compared as the
+  run holds them: arrival lags are as good as the alignment of the ranks' clocks.
+- Lags and stragglers (:mod:`dlprof.analysis.rank_lags`): a rank is compared with the other
+  ranks. Its arrival lag at a collective is its arrival minus the latest of the others' (positive
+  only for the last to arrive: how long the others waited for it alone), its arrival lag in a step
+  the time the others waited for it alone less the time it waited for them, its step lag its step time (the CPU step's duration) minus
+  the median of the others'. It is a straggler in a step when its arrival lag (in a step without
+  collectives, its step lag) is positive and exceeds ``threshold_pct`` percent of the step's
+  median time over ranks; a rank faster than the others never is.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import has_device_activity
 from dlprof.analysis.gpu import ALL, Coverage, cpu_steps, gpu_breakdown, work_sql
+from dlprof.analysis.rank_lags import lag_behind_latest_other, lag_table, match_key
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -283,18 +287,6 @@ def _step_rows(timeline: _Timeline) -> pd.DataFrame:
     return _shares(rows)
 
 
-def _match_key(frame: pd.DataFrame) -> pd.Series:
-    """What a step is matched across ranks by: its number, else its name."""
-    return frame["step_number"].astype("string").fillna(frame["step"].astype("string"))
-
-
-def _from_median(values: pd.Series, keys: list[pd.Series]) -> pd.Series:
-    """Each value minus the median of its group, exact for epoch nanoseconds."""
-    # Epoch nanoseconds pass 2**53: a float median of them would be off by hundreds of ns.
-    offsets = values - values.groupby(keys).transform("min")
-    return (offsets - offsets.groupby(keys).transform("median")).astype("float64")
-
-
 def _arrivals(timelines: list[_Timeline]) -> pd.DataFrame:
     frames = []
     for timeline in timelines:
@@ -310,8 +302,8 @@ def _arrivals(timelines: list[_Timeline]) -> pd.DataFrame:
     table = table.assign(step_number=table["step_number"].astype("Int64"),
                          arrival_ns=table["arrival_ns"].astype("int64"),
                          occurrence=table["occurrence"].astype("int64"))
-    table["lag_ns"] = _from_median(table["arrival_ns"], [_match_key(table), table["collective"],
-                                                         table["occurrence"]])
+    table["lag_ns"] = lag_behind_latest_other(table["arrival_ns"], [match_key(table), table["collective"],
+                                                                    table["occurrence"]])
     return table.sort_values(["step_number", "step", "arrival_ns"], kind="stable").reset_index(drop=True)[
         ARRIVAL_COLUMNS]
 
@@ -325,28 +317,10 @@ def collective_arrivals(run: Run) -> pd.DataFrame:
     Returns:
         :data:`ARRIVAL_COLUMNS`, one row per (step, collective, occurrence, rank) by step and time;
         ``occurrence`` counts from 1 within the rank's step; ``lag_ns`` is the arrival minus the
-        median arrival over the ranks holding the same step, collective and occurrence.
+        latest arrival of the other ranks holding the same step, collective and occurrence:
+        positive only for the last to arrive, by how long the others waited for it alone.
     """
     return _arrivals(_timelines(run))
-
-
-def _lags(steps: pd.DataFrame, arrivals: pd.DataFrame, threshold_pct: float) -> pd.DataFrame:
-    """The steps with how far each rank lags the others in them (see rank_steps)."""
-    key = _match_key(steps)
-    median = steps.groupby(key)["step_ns"].transform("median")
-    table = steps.assign(median_step_ns=median, step_lag_ns=steps["step_ns"] - median, key=key)
-    worst = arrivals.loc[arrivals.groupby([_match_key(arrivals), "rank"])["lag_ns"].idxmax()]
-    worst = worst.assign(key=_match_key(worst)).rename(columns={
-        "lag_ns": "arrival_lag_ns", "collective": "late_collective", "occurrence": "late_occurrence"})
-    columns = ["key", "rank", "arrival_lag_ns", "late_collective", "late_occurrence"]
-    table = table.merge(worst[columns], on=["key", "rank"], how="left")
-    scale = table["median_step_ns"].where(table["median_step_ns"] > 0)
-    table["step_lag_pct"] = (100.0 * table["step_lag_ns"] / scale).astype("float64")
-    table["arrival_lag_pct"] = (100.0 * table["arrival_lag_ns"] / scale).astype("float64")
-    table["late_occurrence"] = table["late_occurrence"].astype("Int64")
-    late = (table["step_lag_pct"] > threshold_pct) | (table["arrival_lag_pct"] > threshold_pct)
-    table["straggler"] = late.fillna(False).astype(bool)
-    return table[STEP_COLUMNS]
 
 
 def rank_steps(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.DataFrame:
@@ -355,23 +329,27 @@ def rank_steps(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.Dat
 
     Args:
         run: the run.
-        threshold_pct: a rank whose step lag or worst arrival lag exceeds this percentage of the
-            step's median time over ranks is a straggler in that step.
+        threshold_pct: a rank whose arrival lag (in a step without collectives, step lag) is
+            positive and exceeds this percentage of the step's median time over ranks is a
+            straggler in that step.
 
     Returns:
         :data:`STEP_COLUMNS`, one row per (rank, step) in time order, or one row :data:`ALL` for
         a rank without steps. ``measured_on`` is ``cpu`` or the rank's GPUs; ``step_ns`` is the
         CPU step's duration, ``span_ns`` the window measured; ``collectives`` counts the step's
         arrivals (see :func:`collective_arrivals`); ``overlap_pct`` is missing where the step
-        communicates nothing. ``arrival_lag_ns`` is the rank's largest lag over the step's
-        collectives and ``late_collective``, ``late_occurrence`` name that collective; the three
-        are missing where the step has none. Lag percentages are of ``median_step_ns``.
+        communicates nothing. ``step_lag_ns`` is the step time minus the median of the other
+        ranks' (0 for a step one rank has); ``arrival_lag_ns`` is the time the others waited for
+        it alone in the step less the time it waited for them (overlapping waits counted once;
+        :mod:`dlprof.analysis.rank_lags`) and ``late_collective``,
+        ``late_occurrence`` name the one with its largest lag; the three are missing where the
+        step has none. Lag percentages are of ``median_step_ns``, the median over all ranks.
     """
     timelines = _timelines(run)
     frames = [_step_rows(t) for t in timelines]
     if not frames:
         return pd.DataFrame(columns=STEP_COLUMNS)
-    return _lags(pd.concat(frames, ignore_index=True), _arrivals(timelines), threshold_pct)
+    return lag_table(pd.concat(frames, ignore_index=True), _arrivals(timelines), threshold_pct)[STEP_COLUMNS]
 
 
 def stragglers(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.DataFrame:

@@ -61,7 +61,7 @@ class ThreadProfile:
     """The flat profile of one thread or stream of one rank."""
 
     rank: int  # TAU's node
-    thread: int  # index of this track within its rank, in order of first activity
+    thread: int  # TAU's thread number within its rank (:func:`thread_numbers`)
     pid: int
     tid: int  # the OS thread id, or the stream on a device
     device: str  # "cpu", "cuda:0"
@@ -95,7 +95,8 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
         rank: only this rank's threads (None: every rank).
 
     Returns:
-        One profile per (rank, pid, tid, device), ordered by rank, then by first activity. Each
+        One profile per (rank, pid, tid, device), ordered by rank, then by thread number
+        (:func:`thread_numbers`: CPU threads, then GPU streams, each by first activity). Each
         table has one row per distinct slice name on that track with :data:`PROFILE_COLUMNS`:
         exclusive time is the sum of self times; inclusive time sums only the activations not
         nested in a slice of the same name; ``calls`` counts every activation; ``subrs`` counts
@@ -126,10 +127,7 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
     if by_name.empty:
         return []
     tracks = by_name.groupby(THREAD_KEYS, sort=False).agg(first_ns=("first_ns", "min"), last_ns=("last_ns", "max"))
-    # Within a rank, thread 0 is the track that started first (the main thread, as a rule); the
-    # keys break ties so the numbering does not change between two readings of one run.
-    tracks = tracks.reset_index().sort_values(["rank", "first_ns", "pid", "device", "tid"])
-    tracks["thread"] = tracks.groupby("rank").cumcount()
+    tracks = thread_numbers(tracks.reset_index())
     tracks["wall_ns"] = tracks["last_ns"] - tracks["first_ns"]
     columns = ["name", "exclusive_ns", "inclusive_ns", "calls", "subrs"]
     tables = {key: table[columns].astype({c: "int64" for c in columns[1:]})
@@ -149,6 +147,25 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
             )
         )
     return profiles
+
+
+def thread_numbers(tracks: pd.DataFrame) -> pd.DataFrame:
+    """TAU's thread numbers, the one numbering ``dlprof pprof`` and the TAU export share.
+
+    Within a rank, its CPU threads come first, then its GPU streams (TAU's "virtual threads"),
+    each in order of first activity (thread 0 is the main thread, as a rule); the keys break ties
+    so the numbering does not change between two readings of one run.
+
+    Args:
+        tracks: one row per track: :data:`THREAD_KEYS` and ``first_ns``.
+
+    Returns:
+        The tracks in thread order, with a ``thread`` column counting from 0 within each rank.
+    """
+    on_device = ~tracks["device"].isin(["", "cpu"])
+    ordered = tracks.assign(on_device=on_device).sort_values(["rank", "on_device", "first_ns", "pid", "device", "tid"])
+    ordered["thread"] = ordered.groupby("rank").cumcount()
+    return ordered.drop(columns="on_device")
 
 
 def function_summaries(profiles: list[ThreadProfile]) -> list[FunctionSummary]:

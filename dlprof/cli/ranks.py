@@ -25,9 +25,11 @@ A rank with GPU work is measured on its GPUs (communication: NCCL/RCCL kernels; 
 kernels), a rank without on its CPU threads (communication: collectives such as c10d::allreduce_
 and gloo:all_reduce; compute: ops outside them). Overlap is the share of communication time during
 which compute ran. Steps (ProfilerStep#N) are matched across ranks by number, collectives within a
-step by name and order. A rank is a straggler in a step when its step time, or its arrival at one of
-the step's collectives, lags the median over ranks by more than --threshold percent of the step's
-median time (default {DEFAULT_THRESHOLD_PCT:g}).
+step by name and order. A rank's arrival lag at a collective is its arrival minus the latest of the
+other ranks' (positive only for the last to arrive); its arrival lag in a step is the time the
+others waited for it alone less the time it waited for them. A rank is a straggler in a step when that lag is positive and over --threshold
+percent of the step's median time (default {DEFAULT_THRESHOLD_PCT:g}); in a step without collectives,
+its step time minus the median of the other ranks' decides. A rank that waited is never one.
 
 \b
 Examples:
@@ -52,7 +54,7 @@ _LATE_KEPT = ("Step", "Rank", "Latest arrival", "Arrival lag %", "Step lag %")
 @run_argument
 @click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD_PCT,
               show_default=True, metavar="PCT",
-              help="Flag a rank lagging the median by more than this percent of the median step time.")
+              help="Flag a rank that held the others up by more than this percent of the median step time.")
 @click.option("--by-step", is_flag=True, help="One row per rank and step instead of per rank.")
 @click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
               default=str(TableFormat.TABLE), show_default=True,
@@ -76,7 +78,7 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
         if fmt is not TableFormat.TABLE:
             write_table(steps, "", fmt)
             return
-        title = f"{name}: per rank and step (lags against the median over ranks)"
+        title = f"{name}: per rank and step (lags against the other ranks)"
         write_table(_step_view(steps), title, fmt, keep=_STEP_KEPT)
         return
     summary = rank_summary(loaded, threshold)
@@ -91,10 +93,10 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
     late = stragglers(loaded, threshold)
     if late.empty:
         counted = f"{_count(int(summary['steps'].max()), 'step')}, {_count(len(summary), 'rank')}"
-        print(wrapped(f"No stragglers: no rank lags the median by more than {threshold:g}% of the median "
+        print(wrapped(f"No stragglers: no rank held the others up by more than {threshold:g}% of the median "
                       f"step time ({counted}).", sys.stdout))
         return
-    write_table(_late_view(late), f"{name}: stragglers (lag over {threshold:g}% of the median step time)",
+    write_table(_late_view(late), f"{name}: stragglers (held the others up over {threshold:g}% of the median step time)",
                 fmt, keep=_LATE_KEPT)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from dlprof.cli.common import UsageError
+from dlprof.keys import RunStatus
 
 # Everything else is imported when the command runs: `dlprof --help` loads this module too.
 
@@ -63,14 +64,27 @@ class _SavingStatus:
             self._status.stop()
 
 
-def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None) -> None:
+def rank_table_state(rank: int, rank_status: RunStatus, job_status: RunStatus) -> str:
+    """What the title of one rank's end-of-run table says of the job.
+
+    A rank prints as soon as its own part is saved; the job reads ``running`` until every rank
+    has saved, so saying ``running`` alone would be untrue of the rank shown.
+    """
+    job = "other ranks still saving" if job_status is RunStatus.RUNNING else f"job {job_status}"
+    return f"rank {rank} {rank_status}; {job}"
+
+
+def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None,
+               rank_status: RunStatus | None = None) -> None:
     from dlprof.cli.top import print_top
     from dlprof.keys import GroupKey, SortKey
     from dlprof.store.reader import load
 
     try:
-        print_top(load(run_dir), kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
-                  by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank)
+        loaded = load(run_dir)
+        state = None if rank is None or rank_status is None else rank_table_state(rank, rank_status, loaded.status)
+        print_top(loaded, kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
+                  by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank, state=state)
     except UsageError as error:
         print(f"dlprof: {error}", file=sys.stderr)
 
@@ -280,7 +294,8 @@ def command(out: str | None, force: bool, module: str | None, collectors: str | 
     # Under torchrun the other ranks may still be writing: rank 0 shows its own part only.
     if top_rows and outcome.signum is None and place.rank == 0:
         active = tuple(info.name for info in outcome.manifest.collectors if info.active)
-        _print_top(outcome.run_dir, active, top_rows, rank=0 if place.distributed else None)
+        _print_top(outcome.run_dir, active, top_rows, rank=0 if place.distributed else None,
+                   rank_status=status)
     if outcome.signum is not None:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -68,8 +68,12 @@ def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank
 
 def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE,
-              per_rank: bool = False, within: str | None = None, leaves: bool = False) -> None:
-    """Print a run's top table, or fail with one line saying what the run holds instead."""
+              per_rank: bool = False, within: str | None = None, leaves: bool = False,
+              state: str | None = None) -> None:
+    """Print a run's top table, or fail with one line saying what the run holds instead.
+
+    ``state`` is what the title says of the run in its parentheses; the run's status when None.
+    """
     if per_rank and group_by is GroupKey.TYPE:
         raise UsageError("--per-rank: not with --group-by type (tfprof's op view)")
     present = kinds_present(loaded)
@@ -93,7 +97,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
     if within is not None and not table.rows:
         raise UsageError(f"{loaded.path}: no {kind} slices inside a slice named {within!r}")
     where = f" within {within}" if within is not None else ""
-    title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({loaded.status})"
+    title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({state or loaded.status})"
     if kind == Kind.STEP and fmt is TableFormat.TABLE:
         table, title = _flag_uncounted_steps(loaded, table, title, rank)
     write_table(table, title, fmt, sort=SORT_COLUMN[by])

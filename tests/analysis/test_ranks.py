@@ -13,10 +13,10 @@ import functools
 import gzip
 import json
 import statistics
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
 from tests.analysis.test_gpu import reference, union_length
-from tests.conftest import KINETO_TRACES
+from tests.conftest import EXAMPLES, KINETO_TRACES, dlprof_program
 
 RANK_TRACES = [KINETO_TRACES / "timeline_analysis" / "sampled_rank-0.json.gz",
                KINETO_TRACES / "trace_filter" / "sampled_rank-1.json.gz"]
@@ -129,7 +129,9 @@ def expected_steps(path: Path) -> list[dict[str, Any]]:
 
 
 def expected_lags(threshold: float) -> dict[tuple[str, int], dict[str, Any]]:
-    """Per (step, rank): step lag, worst arrival lag, flagged; medians over the two ranks."""
+    """Per (step, rank): step lag against the other rank, arrival lag as the time the other
+    waited for it less the time it waited for the other, flagged when the arrival lag (the step lag in a step without
+    collectives) is positive and over the threshold."""
     steps = {rank: expected_steps(path) for rank, path in enumerate(RANK_TRACES)}
     result: dict[tuple[str, int], dict[str, Any]] = {}
     for position, row in enumerate(steps[0]):
@@ -143,14 +145,18 @@ def expected_lags(threshold: float) -> dict[tuple[str, int], dict[str, Any]]:
                 seen[kernel] += 1
                 arrivals[(kernel, seen[kernel])][rank] = start
         for rank in steps:
-            # Fractions: a float median of epoch nanoseconds would be off by tens of ns.
-            lags = [at[rank] - statistics.median(map(Fraction, at.values())) for at in arrivals.values()
-                    if rank in at]
-            step_lag = steps[rank][position]["step_ns"] - median_step
-            worst = max(lags)
+            other = 1 - rank
+            met = [(at[rank], at[other]) for at in arrivals.values() if rank in at and other in at]
+            lags = [at for at in arrivals.values() if rank in at]
+            step_lag = steps[rank][position]["step_ns"] - steps[other][position]["step_ns"]
+            # The time the other waited for it, less the time it waited, each wait counted once.
+            held = union_length([(theirs, mine) for mine, theirs in met if mine > theirs])
+            waited = union_length([(mine, theirs) for mine, theirs in met if mine < theirs])
+            arrival_lag = held - waited
             result[(name, rank)] = {
-                "step_lag_ns": step_lag, "arrival_lag_ns": worst,
-                "straggler": max(step_lag, worst) > threshold / 100 * median_step,
+                "step_lag_ns": step_lag, "arrival_lag_ns": arrival_lag,
+                # The arrivals decide; the step time only in a step without collectives.
+                "straggler": (arrival_lag if lags else step_lag) > max(0.0, threshold / 100 * median_step),
             }
     return result
 
@@ -199,10 +205,12 @@ def test_windows_are_the_gpu_analysis_windows(nccl_run: dlprof.Run) -> None:
 def test_arrivals_and_stragglers_match_the_raw_traces(nccl_run: dlprof.Run) -> None:
     arrivals = collective_arrivals(nccl_run)
     assert list(arrivals.columns) == ARRIVAL_COLUMNS
-    # Two ranks: each collective's median lies halfway, so the lags of a pair cancel exactly.
+    # Two ranks: each lags the other's arrival, so the lags of a pair cancel exactly and only
+    # the later of the two lags at all.
     pairs = arrivals.groupby(["step", "collective", "occurrence"])["lag_ns"]
     assert (pairs.size() == 2).all() and (pairs.sum() == 0).all()
-    for threshold in (5.0, 10.0, 20.0):
+    assert ((pairs.max() >= 0) & (pairs.min() <= 0)).all()
+    for threshold in (0.0, 5.0, 10.0, 20.0):
         expected = expected_lags(threshold)
         table = rank_steps(nccl_run, threshold)
         got = {(row["step"], row["rank"]): row for row in table.to_dict("records")}
@@ -214,6 +222,8 @@ def test_arrivals_and_stragglers_match_the_raw_traces(nccl_run: dlprof.Run) -> N
         late = stragglers(nccl_run, threshold)
         assert sorted(zip(late["step"], late["rank"], strict=True)) == sorted(
             key for key, want in expected.items() if want["straggler"])
+        # At most one of two ranks held the other up in a step, whatever the threshold.
+        assert (late.groupby("step").size() <= 1).all()
     # The recorded job has a straggler at the default threshold: rank 1 reached a collective late.
     assert any(expected_lags(10.0)[key]["straggler"] for key in expected_lags(10.0))
 
@@ -329,25 +339,71 @@ def test_hand_built_job_lags(job: dlprof.Run) -> None:
     # Outermost collectives only: the record_param_comms inside the all-reduce is no arrival.
     assert sorted(set(arrivals["collective"])) == ["c10d::allreduce_", "gloo:all_reduce"]
     lags = arrivals.set_index(["collective", "rank"])["lag_ns"]
-    assert lags.to_dict() == {("c10d::allreduce_", 0): -150.0, ("c10d::allreduce_", 1): 150.0,
-                              ("gloo:all_reduce", 0): -150.0, ("gloo:all_reduce", 1): 150.0}
+    # Against the latest other arrival: rank 0 waited 300 at each, rank 1 held it up 300 at each.
+    assert lags.to_dict() == {("c10d::allreduce_", 0): -300.0, ("c10d::allreduce_", 1): 300.0,
+                              ("gloo:all_reduce", 0): -300.0, ("gloo:all_reduce", 1): 300.0}
     table = rank_steps(job, threshold_pct=10.0).set_index(["rank", "step"])
-    # Median step 3: 1100. Rank 1: step lag 100 (9.1%), arrival lag 150 (13.6%).
+    # Median step 3: 1100. Rank 1: step lag 200 against rank 0's 1000 (18.2%), arrival lag
+    # 300 + 300 (54.5%).
     late = table.loc[(1, "ProfilerStep#3")]
-    assert late["median_step_ns"] == 1100 and late["step_lag_ns"] == 100
-    assert late["step_lag_pct"] == pytest.approx(100 / 11)
-    assert late["arrival_lag_pct"] == pytest.approx(150 / 11)
+    assert late["median_step_ns"] == 1100 and late["step_lag_ns"] == 200
+    assert late["step_lag_pct"] == pytest.approx(200 / 11)
+    assert late["arrival_lag_ns"] == 600 and late["arrival_lag_pct"] == pytest.approx(600 / 11)
     assert late["late_collective"] == "c10d::allreduce_" and late["late_occurrence"] == 1
     assert late["straggler"]
-    assert not table.loc[(0, "ProfilerStep#3"), "straggler"]
+    early = table.loc[(0, "ProfilerStep#3")]
+    assert early["step_lag_ns"] == -200 and early["arrival_lag_ns"] == -600 and not early["straggler"]
     # Step 4 is rank 0's alone: nothing to lag.
     alone = table.loc[(0, "ProfilerStep#4")]
     assert alone["step_lag_ns"] == 0 and pd.isna(alone["arrival_lag_ns"]) and not alone["straggler"]
-    assert rank_steps(job, threshold_pct=14.0)["straggler"].sum() == 0
+    assert rank_steps(job, threshold_pct=55.0)["straggler"].sum() == 0
+    assert rank_steps(job, threshold_pct=20.0)["straggler"].sum() == 1  # by its arrivals alone
     assert stragglers(job, 9.0)[["step", "rank"]].values.tolist() == [["ProfilerStep#3", 1]]
     summary = rank_summary(job, 10.0).set_index("rank")
     assert summary["straggler_steps"].to_dict() == {0: 0, 1: 1}
     assert summary["steps"].to_dict() == {0: 2, 1: 1}
+
+
+def meeting_rank(step_ns: int, allreduce_at: int, gloo_at: int) -> list[dict[str, Any]]:
+    """One CPU rank's step 1 [0, step_ns] with two collectives it reaches at the times given."""
+    return [span(1, "step", "ProfilerStep#1", 0, step_ns),
+            span(2, "comm", "c10d::allreduce_", allreduce_at, allreduce_at + 50),
+            span(3, "comm", "gloo:all_reduce", gloo_at, gloo_at + 50, tid=3)]
+
+
+def flagged(run: dlprof.Run, threshold_pct: float = 0.0) -> list[int]:
+    return stragglers(run, threshold_pct)["rank"].tolist()
+
+
+def test_the_fastest_rank_is_never_a_straggler(tmp_path: Path) -> None:
+    # Rank 0 arrives first everywhere and has the shortest step; rank 2 is last at the
+    # all-reduce (by 50), rank 1 at the gloo all-reduce (by 60): rank 1 held the others up the
+    # longer, net of the time it waited.
+    run = write_job(tmp_path / "three", {0: meeting_rank(1000, 100, 500), 1: meeting_rank(1050, 150, 620),
+                                         2: meeting_rank(1040, 200, 560)})
+    lags = rank_steps(run).set_index("rank")
+    assert lags["arrival_lag_ns"].to_dict() == {0: -220.0, 1: 10.0, 2: -10.0}
+    # Against the median of the others: 1000 - 1045, 1050 - 1020, 1040 - 1025.
+    assert lags["step_lag_ns"].to_dict() == {0: -45.0, 1: 30.0, 2: 15.0}
+    assert flagged(run) == [1]
+
+
+def test_arrival_jitter_that_cancels_flags_no_one(tmp_path: Path) -> None:
+    # Two ranks, each last at one collective by the same 100 ns: neither held the other up
+    # (against a median of two, each lagged by 50 at one collective and was flagged).
+    run = write_job(tmp_path / "jitter", {0: meeting_rank(1000, 100, 600), 1: meeting_rank(1000, 200, 500)})
+    assert rank_steps(run)["arrival_lag_ns"].tolist() == [0.0, 0.0]
+    assert flagged(run) == []
+
+
+def test_the_rank_waited_for_is_the_straggler_not_the_one_that_waited(tmp_path: Path) -> None:
+    # Rank 1 reaches both collectives 400 ns late; rank 0 waits for it and so has the longer
+    # step. Rank 1 alone is flagged, whose step lag is negative.
+    run = write_job(tmp_path / "slow", {0: meeting_rank(1500, 100, 600), 1: meeting_rank(1400, 500, 1000)})
+    lags = rank_steps(run).set_index("rank")
+    assert lags["step_lag_ns"].to_dict() == {0: 100.0, 1: -100.0}
+    assert lags["arrival_lag_ns"].to_dict() == {0: -800.0, 1: 800.0}
+    assert flagged(run) == [1] and flagged(run, 55.0) == [1] and flagged(run, 56.0) == []
 
 
 def test_a_run_without_slices_gives_empty_tables(tmp_path: Path) -> None:
@@ -418,3 +474,61 @@ def test_a_real_two_rank_gloo_job(two_rank_gloo_run: Path) -> None:
     summary = rank_summary(run)
     assert (summary["comm_ns"] > 0).all() and (summary["compute_ns"] > 0).all()
     assert (summary["steps"] == steps.groupby("rank").size().to_numpy()).all()
+    # However the two processes were scheduled, at most one of them held the other up in a
+    # step, and a rank that waited for the other (a negative arrival lag) is never flagged.
+    late = stragglers(run, threshold_pct=0.0)
+    assert (late.groupby("step").size() <= 1).all()
+    assert (late["arrival_lag_ns"].fillna(late["step_lag_ns"]) > 0).all()
+    pairs = steps.groupby("step")["arrival_lag_ns"]
+    assert (pairs.sum().abs() < 1e-6).all()  # two ranks: one's lag is the other's wait
+
+
+SLOWED_STEPS = (4, 6)  # the optimizer's zero_grad calls (from 1) rank 1 sleeps in
+SLEEP_S = 1.0  # longer than the ranks' skew at start-up on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def slowed_job(tmp_path_factory: pytest.TempPathFactory) -> dlprof.Run:
+    """The DDP example on two gloo ranks, rank 1 sleeping at the start of two steps, before
+    the backward pass whose all-reduce rank 0 then waits in."""
+    directory = tmp_path_factory.mktemp("slowed")
+    script = directory / "slowed.py"
+    script.write_text(
+        "import os, runpy, sys, time, torch\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    real, calls = torch.optim.SGD.zero_grad, [0]\n"
+        "    def zero_grad(self, *a, **k):\n"
+        "        calls[0] += 1\n"
+        f"        if calls[0] in {SLOWED_STEPS!r}:\n"
+        f"            time.sleep({SLEEP_S})\n"
+        "        return real(self, *a, **k)\n"
+        "    torch.optim.SGD.zero_grad = zero_grad\n"
+        "sys.argv = ['ddp_train.py', '--steps', '8', '--workers', '0']\n"
+        f"runpy.run_path({str(EXAMPLES / 'ddp_train.py')!r}, run_name='__main__')\n"
+    )
+    out = directory / "run"
+    done = subprocess.run([*dlprof_program(), "run", "--nproc", "2", "-o", str(out), "--top", "0", str(script)],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=directory)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dlprof.load(out)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_rank_made_slow_is_the_straggler_in_the_steps_it_was_slow(slowed_job: dlprof.Run) -> None:
+    steps = rank_steps(slowed_job)
+    long_lags = steps[steps["arrival_lag_ns"] > SLEEP_S * 1e9 * 0.7]
+    # Two steps, as far apart as the slowed zero_grad calls, in each of which rank 1 kept rank 0
+    # waiting, and rank 0 waited as long.
+    assert long_lags["rank"].tolist() == [1, 1]
+    numbers = long_lags["step_number"].tolist()
+    assert numbers[1] - numbers[0] == SLOWED_STEPS[1] - SLOWED_STEPS[0]
+    late = stragglers(slowed_job)
+    for number in numbers:
+        assert late.loc[late["step_number"] == number, "rank"].tolist() == [1]
+        waited = steps[(steps["step_number"] == number) & (steps["rank"] == 0)]["arrival_lag_ns"]
+        assert float(waited.iloc[0]) < -SLEEP_S * 1e9 * 0.7
+    # The sleep is counted once, though each wait shows in c10d::allreduce_ and gloo:all_reduce.
+    assert (long_lags["arrival_lag_ns"] < SLEEP_S * 1e9 * 1.5).all()
+    # Rank 0 never held rank 1 up by as much.
+    assert (steps.loc[steps["rank"] == 0, "arrival_lag_ns"].fillna(0) < SLEEP_S * 1e9 * 0.7).all()

@@ -186,16 +186,18 @@ SEVERAL_TRACKS = [
 ]
 
 
-def test_one_profile_per_rank_and_thread_numbered_by_first_activity(tmp_path: Path) -> None:
+def test_one_profile_per_rank_and_thread_cpu_threads_first(tmp_path: Path) -> None:
     profiles = tau_profiles(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
     found = [(p.rank, p.thread, p.tid, p.device, p.wall_ns // MS) for p in profiles]
+    # As TAU numbers them: CPU threads by first activity, then GPU streams, though the stream
+    # started before the second thread.
     assert found == [
         (0, 0, 1, "cpu", 30),
-        (0, 1, 7, "cuda:0", 4),
-        (0, 2, 2, "cpu", 30),
+        (0, 1, 2, "cpu", 30),
+        (0, 2, 7, "cuda:0", 4),
         (1, 0, 1, "cpu", 50),
     ]
-    stream = profiles[1]
+    stream = profiles[2]
     assert stream.functions["name"].tolist() == ["kernel"]
 
 

@@ -42,7 +42,7 @@ def test_summary_then_stragglers(nccl_run: Path, capsys: pytest.CaptureFixture[s
     # --wide: every column (at 80 columns the lesser ones are hidden).
     code, out, err = run_cli(["ranks", str(nccl_run), "--wide"], capsys)
     assert code == 0 and err == ""
-    assert "per rank (overlap" in out and "stragglers (lag over 10%" in out
+    assert "per rank (overlap" in out and "stragglers (held the others up over 10%" in out
     for header in ("Rank", "On", "Step median (ms)", "Compute %", "Comm %", "Overlap %", "Idle %",
                    "Straggler steps", "Arrival lag %", "Latest arrival"):
         assert header in out
@@ -54,7 +54,7 @@ def test_summary_then_stragglers(nccl_run: Path, capsys: pytest.CaptureFixture[s
         assert f"{row['comm_pct']:.2f}" in shown and f"{row['overlap_pct']:.2f}" in shown
     late = stragglers(run)
     assert len(late) >= 1  # the recorded job has one at the default threshold
-    section = out[out.index("stragglers (lag"):]
+    section = out[out.index("stragglers (held"):]
     for row in late.to_dict("records"):
         shown = next(line for line in section.splitlines() if line.split()[:2] == [row["step"], str(row["rank"])])
         assert f"{row['arrival_lag_pct']:.2f}" in shown.split()

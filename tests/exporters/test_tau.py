@@ -31,6 +31,7 @@ from dlprof.exporters.base import ExportError
 from dlprof.exporters.registry import exporter_for_format, exporter_for_path
 from dlprof.exporters.tau import TauExporter, TauExportWarning
 from dlprof.exporters.tau_format import MAX_NAME_CHARS, clean_name
+from dlprof.exporters.tau_tree import APPLICATION
 from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
@@ -74,7 +75,8 @@ class TauFile:
     events: dict[str, Event]
 
     def flat(self) -> dict[str, Function]:
-        return {n: f for n, f in self.functions.items() if "=>" not in n}
+        """The timers of names, without TAU's top-level timer and the callpaths."""
+        return {n: f for n, f in self.functions.items() if "=>" not in n and n != APPLICATION}
 
     def callpaths(self) -> dict[str, Function]:
         return {n: f for n, f in self.functions.items() if "=>" in n}
@@ -170,9 +172,14 @@ def export(run_dir: Path, out: Path) -> dict[str, dict[tuple[int, int], TauFile]
 TrackKey = tuple[int, int, int, str]  # rank, pid, tid, device
 
 
-def track_of(node: int, profile: TauFile) -> TrackKey:
+def track_of(profile: TauFile) -> TrackKey:
     meta = profile.metadata
-    return node, int(meta["Process ID"]), int(meta["Thread ID"]), meta["Device"]
+    return int(meta["dlprof Rank"]), int(meta["Process ID"]), int(meta["Thread ID"]), meta["Device"]
+
+
+def callpath_name(name: str, kind: str) -> str:
+    """A slice's component of a callpath: a step without its number, as ``ProfilerStep``."""
+    return re.sub(r"\s*#\s*\d+\s*$", "", name) if kind == "step" else name
 
 
 def store_callpaths(run: Run) -> dict[TrackKey, dict[str, tuple[int, int, int, int]]]:
@@ -182,7 +189,7 @@ def store_callpaths(run: Run) -> dict[TrackKey, dict[str, tuple[int, int, int, i
     row_of = {(r, i): n for n, (r, i) in enumerate(zip(ranks, s["id"].astype("int64"), strict=True))}
     parent_ids = s["parent_id"].astype("Int64").fillna(-1).astype("int64").tolist()
     parents = [row_of.get((r, p), -1) for r, p in zip(ranks, parent_ids, strict=True)]
-    names = [clean_name(n) for n in s["name"].fillna("")]
+    names = [callpath_name(clean_name(n), k) for n, k in zip(s["name"].fillna(""), s["kind"].astype(str), strict=True)]
     keys = list(zip(ranks, s["pid"].astype("int64").tolist(), s["tid"].astype("int64").tolist(),
                     s["device"].fillna("cpu").astype(str).tolist(), strict=True))
     self_ns, dur_ns = s["self_ns"].astype("int64").tolist(), s["dur_ns"].astype("int64").tolist()
@@ -191,9 +198,8 @@ def store_callpaths(run: Run) -> dict[TrackKey, dict[str, tuple[int, int, int, i
     result: dict[TrackKey, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
     for row in np.argsort(s["depth"].to_numpy(), kind="stable").tolist():  # parents first
         above = parents[row]
-        paths[row] = names[row] if above < 0 else f"{paths[above]} => {names[row]}"
-        if above < 0:
-            continue  # TAU writes no callpath for a thread's outermost timers
+        # Every callpath starts at TAU's top-level timer, which holds the thread's outermost slices.
+        paths[row] = f"{APPLICATION} => {names[row]}" if above < 0 else f"{paths[above]} => {names[row]}"
         entry = result[keys[row]][paths[row]]
         entry[0] += 1
         entry[1] += children[row]
@@ -204,12 +210,25 @@ def store_callpaths(run: Run) -> dict[TrackKey, dict[str, tuple[int, int, int, i
 
 def check_against_store(run: Run, profiles: dict[tuple[int, int], TauFile]) -> None:
     """Flat timers as ``dlprof pprof`` counts them; callpaths as the store nests the slices."""
-    by_track = {track_of(node, p): p for (node, _), p in profiles.items()}
+    by_track = {track_of(p): (node, thread, p) for (node, thread), p in profiles.items()}
     tables = pprof_tables(run)
     assert len(tables) == len(by_track)
     callpaths = store_callpaths(run)
+    ranks = sorted({t.rank for t in tables})
+    slices = run.slices
     for table in tables:
-        profile = by_track[(table.rank, table.pid, table.tid, table.device or "cpu")]
+        node, thread, profile = by_track[(table.rank, table.pid, table.tid, table.device or "cpu")]
+        # Nodes count the ranks from 0; threads are numbered as dlprof pprof numbers them.
+        assert (node, thread) == (ranks.index(table.rank), table.thread)
+        assert profile.metadata["dlprof Node Ranks"] == " ".join(f"{n}:{r}" for n, r in enumerate(ranks))
+        # TAU's top-level timer holds the thread's whole time: readers' percentages are of it.
+        application = profile.functions[APPLICATION]
+        roots = slices[(slices["rank"] == table.rank) & (slices["pid"] == table.pid) & (slices["tid"] == table.tid)
+                       & (slices["device"].fillna("cpu") == (table.device or "cpu")) & slices["parent_id"].isna()]
+        assert application.inclusive == table.wall_ns / 1000
+        assert application.exclusive == pytest.approx((table.wall_ns - roots["dur_ns"].sum()) / 1000)
+        assert (application.calls, application.subrs, application.group) == (1, len(roots), "TAU_DEFAULT")
+        assert max(f.inclusive for f in profile.functions.values()) == application.inclusive
         flat = profile.flat()
         expected = {clean_name(r.name): r for r in table.functions.itertuples()}
         assert set(flat) == set(expected)
@@ -225,7 +244,10 @@ def check_against_store(run: Run, profiles: dict[tuple[int, int], TauFile]) -> N
             assert (got.calls, got.subrs) == (calls, subrs), text
             assert got.exclusive == self_ns / 1000 and got.inclusive == dur_ns / 1000
             leaf = text.rsplit(" => ", 1)[1]
-            assert got.group == "TAU_CALLPATH|" + flat[leaf].group
+            # A step's callpath leaf names all steps: its group is one of theirs.
+            groups = {flat[leaf].group} if leaf in flat else {f.group for n, f in flat.items()
+                                                               if callpath_name(n, "step") == leaf}
+            assert got.group.removeprefix("TAU_CALLPATH|") in groups, text
 
 
 def test_cnn_run_profile_counts_as_pprof_and_the_store(cnn_run: Path, tmp_path: Path) -> None:
@@ -370,9 +392,68 @@ def test_metric_exclusive_is_value_less_children(cnn_run: Path, tmp_path: Path) 
     assert set(directories) == {"MULTI__TIME", "MULTI__perf_task-clock"}  # nothing usable in "bad"
     for key, profile in directories["MULTI__perf_task-clock"].items():
         time = directories["MULTI__TIME"][key].functions
+        # The top-level timer counts what the slices measured; its time is the thread's too.
+        application = profile.functions.pop(APPLICATION)
+        outermost = sum(f.inclusive for n, f in time.items() if n.count(" => ") == 1)
+        assert application.inclusive == pytest.approx(outermost * 1000) and application.exclusive == 0
         for name, timer in profile.functions.items():
             assert timer.inclusive == pytest.approx(time[name].inclusive * 1000)
             assert timer.exclusive == pytest.approx(time[name].exclusive * 1000, abs=1e-6)
+
+
+def test_ops_share_the_value_of_the_layer_measured_around_them(tmp_path: Path) -> None:
+    """Counters measured per layer and step, not per op: an op gets its share of what its layer
+    measured, by time, and the layer's exclusive value is its own share, as its time is."""
+    run_dir = write_run(tmp_path / "layers", [
+        Span("step", 0, 200, kind="step"),
+        Span("conv", 0, 100, kind="module"),
+        Span("aten::conv2d", 10, 20),
+        Span("aten::relu", 50, 40),
+        Span("fc", 120, 60, kind="module"),  # measured, nested in the step like conv
+        Span("aten::linear", 130, 30),
+    ])
+    ids = dlprof.load(run_dir).slices.set_index("name")["id"].astype("int64")
+    add_metrics(run_dir, {"slice_id": pa.array([ids["step"], ids["conv"], ids["fc"]], pa.int64()),
+                          "metric": ["perf:instructions"] * 3, "value": [5000.0, 1000.0, 1200.0]})
+    profile = export(run_dir, tmp_path / "layers.tau")["MULTI__perf_instructions"][(0, 0)]
+    flat = profile.flat()
+    # conv: 1000 over 100 ms, its ops 20 and 40 ms of it; fc: 1200 over 60 ms, its op 30 ms.
+    assert flat["aten::conv2d"].inclusive == pytest.approx(200.0)
+    assert flat["aten::relu"].inclusive == pytest.approx(400.0)
+    assert flat["conv"].exclusive == pytest.approx(400.0)  # 40 of its 100 ms are its own
+    assert flat["aten::linear"].inclusive == pytest.approx(600.0)
+    assert flat["fc"].exclusive == pytest.approx(600.0)
+    # The step's own: what conv and fc leave (2800) over the 40 ms outside them.
+    assert flat["step"].exclusive == pytest.approx(5000.0 - 1000.0 - 1200.0)
+    for name, timer in flat.items():
+        children = sum(f.inclusive for path, f in profile.callpaths().items()
+                       if path.rsplit(" => ", 2)[-2:-1] == [name])
+        assert timer.exclusive == pytest.approx(timer.inclusive - children), name
+
+
+def test_ranks_are_numbered_nodes_from_zero(tmp_path: Path) -> None:
+    # The traces of ranks 2 and 3 imported into one run: TAU's pprof reads node 0 first.
+    run_dir = write_run(tmp_path / "ranks", [Span("a", 0, 10, rank=3), Span("b", 0, 20, rank=2),
+                                             Span("c", 5, 5, rank=2, tid=2)])
+    profiles = export(run_dir, tmp_path / "ranks.tau")[""]
+    assert sorted(profiles) == [(0, 0), (0, 1), (1, 0)]
+    assert {key: p.metadata["dlprof Rank"] for key, p in profiles.items()} == {(0, 0): "2", (0, 1): "2", (1, 0): "3"}
+    assert {p.metadata["dlprof Node Ranks"] for p in profiles.values()} == {"0:2 1:3"}
+    check_against_store(dlprof.load(run_dir), profiles)
+
+
+def test_steps_add_up_in_callpaths(cnn_run: Path, tmp_path: Path) -> None:
+    run = dlprof.load(cnn_run)
+    profiles = export(cnn_run, tmp_path / "cnn.tau")[""]
+    main_thread = profiles[(0, 0)]
+    steps = run.slices[run.slices["kind"] == "step"]
+    assert len(steps) > 1
+    # Each step keeps its flat timer; callpaths name them all ProfilerStep, one node of the graph.
+    assert {clean_name(n) for n in steps["name"]} <= set(main_thread.flat())
+    paths = main_thread.callpaths()
+    assert not [p for p in paths if "ProfilerStep#" in p]
+    all_steps = paths[f"{APPLICATION} => ProfilerStep"]
+    assert all_steps.calls == len(steps) and all_steps.inclusive == steps["dur_ns"].sum() / 1000
 
 
 def test_names_no_reader_can_break(tmp_path: Path) -> None:
@@ -396,10 +477,11 @@ def test_names_no_reader_can_break(tmp_path: Path) -> None:
     assert {"say 'hi'", "tab here", "new line and bell", "a = > b", "(unnamed)", "ünïcödé ✓"} <= set(flat)
     truncated = [n for n in flat if "...[truncated " in n]
     assert len(truncated) == 2 and all(len(n) == MAX_NAME_CHARS for n in truncated)
-    assert "say 'hi' => tab here => new line and bell" in profile.callpaths()
+    assert f"{APPLICATION} => say 'hi' => tab here => new line and bell" in profile.callpaths()
     assert profile.metadata["Command Line"].startswith("python 'x<y> & \"z\"")
-    assert "say 'hi' => a = > b => (unnamed)" in profile.callpaths()
-    assert len(profile.functions) == 8 + 6  # every name, and the six nested ones' callpaths
+    assert f"{APPLICATION} => say 'hi' => a = > b => (unnamed)" in profile.callpaths()
+    # TAU's top-level timer, every name, and every slice's callpath from it.
+    assert len(profile.functions) == 1 + 8 + 8
 
 
 def test_overlong_callpaths_keep_their_innermost_names(tmp_path: Path) -> None:
@@ -414,10 +496,13 @@ def test_recursion_counts_the_outermost_activation(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "recursive", [Span("f", 0, 100), Span("f", 10, 50), Span("f", 20, 10)])
     [profiles] = export(run_dir, tmp_path / "f.tau").values()
     us = MS / 1000
+    app = APPLICATION
     assert profiles[(0, 0)].functions == {  # the inner activations lie within the outermost
+        app: Function(1, 1, 0.0, 100 * us, "TAU_DEFAULT"),
         "f": Function(3, 2, 100 * us, 100 * us, "OP"),
-        "f => f": Function(1, 1, 40 * us, 50 * us, "TAU_CALLPATH|OP"),
-        "f => f => f": Function(1, 0, 10 * us, 10 * us, "TAU_CALLPATH|OP"),
+        f"{app} => f": Function(1, 1, 50 * us, 100 * us, "TAU_CALLPATH|OP"),
+        f"{app} => f => f": Function(1, 1, 40 * us, 50 * us, "TAU_CALLPATH|OP"),
+        f"{app} => f => f => f": Function(1, 0, 10 * us, 10 * us, "TAU_CALLPATH|OP"),
     }
 
 

@@ -6,10 +6,13 @@ user's ``| less`` is); a run profiled here names its regions with terminal escap
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import dlprof
@@ -18,7 +21,8 @@ from dlprof.keys import NANOSECOND_COUNTERS
 from dlprof.support.perf_event import EVENTS
 from dlprof.viewers.fit import NAME_FLOOR, Column, fit_columns
 from dlprof.viewers.screen import PIPED_WIDTH, printable, set_wide, table_width
-from dlprof.viewers.terminal import short_name
+from dlprof.viewers.terminal import render_table, short_name
+from tests.conftest import KINETO_TRACES
 
 # Region names as a hostile program or trace could write them: set the window title, write the
 # clipboard (OSC 52), clear the screen; and a C1 control (CSI) and DEL.
@@ -88,12 +92,37 @@ def test_width_comes_from_columns_then_the_terminal_then_80(monkeypatch: pytest.
 
 def test_short_name_cuts_the_middle() -> None:
     name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float)"
-    # Parameters and template arguments go first, then the middle of what is left.
+    # Parameters and template arguments go first, then the middle of what is left; a digest of
+    # the whole name ends it.
     shortened = short_name(name, 40)
-    assert len(shortened) == 40 and shortened.startswith("void at::native::vec") and shortened.endswith("<…>(…)")
+    assert len(shortened) == 40 and shortened.startswith("void at::native:")
+    assert re.fullmatch(r".*<…>\(…\) ~[0-9a-f]{6}", shortened)
+    # Inner template arguments go before outer ones.
+    assert short_name(name, 90).startswith("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>>(…) ~")
     plain = "autograd::engine::evaluate_function: ConvolutionBackward0"
     shortened = short_name(plain, 30)
-    assert len(shortened) == 30 and shortened.startswith("autograd::eng") and shortened.endswith("Backward0")
+    assert len(shortened) == 30 and shortened.startswith("autograd::e") and "Backward0 ~" in shortened
+    assert short_name(plain, len(plain)) == plain
+
+
+def _recorded_kernel_names(pattern: str) -> list[str]:
+    """The distinct kernel names of a recorded PyTorch trace that contain ``pattern``."""
+    trace = json.loads(gzip.decompress((KINETO_TRACES / "trace_diff" / "control" / "control.json.gz").read_bytes()))
+    return sorted({e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel" and pattern in e["name"]})
+
+
+def test_distinct_kernels_of_one_template_stay_distinct_in_a_table() -> None:
+    kernels = _recorded_kernel_names("CatArrayBatchedCopy")
+    assert len(kernels) >= 2  # instances of one template, differing in their template arguments
+    for width in (20, 40, 60, NAME_FLOOR, 90):
+        shortened = [short_name(k, width) for k in kernels]
+        assert len(set(shortened)) == len(kernels), shortened
+        assert all(len(s) <= width for s in shortened)
+    frame = pd.DataFrame({"name": kernels, "total_ns": range(len(kernels), 0, -1)})
+    out = io.StringIO()
+    render_table(frame, "kernels", out, sort="total_ns")
+    rows = [line for line in out.getvalue().splitlines() if "CatArrayBatchedCopy" in line]
+    assert len(rows) == len(kernels) and len({" ".join(r.split()[:-1]) for r in rows}) == len(kernels)
 
 
 def test_fitting_drops_lesser_columns_first_and_keeps_the_name() -> None:
