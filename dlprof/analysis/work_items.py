@@ -68,10 +68,14 @@ def _counter_sums() -> str:
     )
 
 
+# Items in a fixed order on every engine, as they ran.
+_IN_TIME_ORDER = " ORDER BY {t}.rank, {t}.start_ns, {t}.id"
+
+
 def _gpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
     layer_join = (f" LEFT JOIN ({layers_sql}) AS a ON a.rank = o.rank AND a.id = o.id "
                   f"LEFT JOIN slices m ON m.rank = a.rank AND m.id = a.ancestor_id") if with_layers else ""
-    layer = "m.name AS layer" if with_layers else "CAST(NULL AS VARCHAR) AS layer"
+    layer = "m.name AS layer" if with_layers else "CAST(NULL AS STRING) AS layer"
     return (
         f"SELECT w.rank, w.id, w.kind, w.name, w.device, w.start_ns, "
         f"CASE WHEN w.kind = '{PROFILER_RANGE}' THEN NULL ELSE w.dur_ns END AS time_ns, "
@@ -82,22 +86,23 @@ def _gpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
         f"LEFT JOIN slices o ON o.rank = c.rank AND o.id = c.parent_id{layer_join} "
         f"LEFT JOIN ({{counters}}) AS k ON k.rank = w.rank AND k.slice_id = w.id "
         f"WHERE (w.kind IN {DEVICE_KINDS_SQL} OR w.kind = '{PROFILER_RANGE}'){rank_condition(rank, 'w.rank')}"
+        f"{_IN_TIME_ORDER.format(t='w')}"
     )
 
 
 def _cpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
     layer_join = (f" LEFT JOIN ({layers_sql}) AS a ON a.rank = o.rank AND a.id = o.id "
                   f"LEFT JOIN slices m ON m.rank = a.rank AND m.id = a.ancestor_id") if with_layers else ""
-    layer = "m.name AS layer" if with_layers else "CAST(NULL AS VARCHAR) AS layer"
+    layer = "m.name AS layer" if with_layers else "CAST(NULL AS STRING) AS layer"
     return (
         f"SELECT o.rank, o.id, o.kind, o.name, 'cpu' AS device, o.start_ns, o.dur_ns AS time_ns, "
-        f"CAST(NULL AS VARCHAR) AS grid, CAST(NULL AS VARCHAR) AS block, CAST(NULL AS INTEGER) AS registers, "
+        f"CAST(NULL AS STRING) AS grid, CAST(NULL AS STRING) AS block, CAST(NULL AS INTEGER) AS registers, "
         f"CAST(NULL AS BIGINT) AS shared_memory, CAST(NULL AS FLOAT) AS blocks_per_sm, "
         f"CAST(NULL AS BIGINT) AS slice_bytes, o.id AS op_id, o.name AS op_name, o.input_shapes, "
         f"o.input_dtypes, o.flops AS op_flops, {layer}, o.start_ns AS launch_ns, CAST(NULL AS DOUBLE) AS counted_flops, "
         f"CAST(NULL AS DOUBLE) AS counted_bytes, 0 AS flop_counters "
         f"FROM slices o{layer_join} WHERE o.kind = '{Kind.OP}' AND o.flops IS NOT NULL AND {ON_CPU.replace('device', 'o.device')}"
-        f"{rank_condition(rank, 'o.rank')}"
+        f"{rank_condition(rank, 'o.rank')}{_IN_TIME_ORDER.format(t='o')}"
     )
 
 

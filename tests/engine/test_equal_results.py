@@ -22,15 +22,19 @@ import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
 from dlprof.analysis.diff import choose_basis, diff, work_steps
+from dlprof.analysis.estimate import estimate
 from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.memory import MemoryGroup, layer_peaks, live_at_peak, memory_peaks
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
+from dlprof.analysis.roofline import RooflineKey, roofline
 from dlprof.analysis.steps import step_report
 from dlprof.analysis.tau_profile import function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.analysis.tuning import kernel_summaries
+from dlprof.analysis.work_items import work_items
+from dlprof.hardware.devices import device_table
 from dlprof.keys import GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
 from tests.conftest import dlprof_program
@@ -68,7 +72,18 @@ ANALYSES: dict[str, Analysis] = {
     "live at the peak by category": lambda run: live_at_peak(run, MemoryGroup.CATEGORY),
     "layer peaks": layer_peaks,
     "step report": lambda run: list(dataclasses.astuple(step_report(run))),
+    "work items with layers": lambda run: work_items(run, with_layers=True).table,
+    "roofline per kernel": lambda run: roofline(run, RooflineKey.KERNEL).table,
+    "estimate on a V100": lambda run: estimate_frames(run, "V100 SXM2"),
 }
+
+
+def estimate_frames(run: Run, target: str) -> list[Any]:
+    """An estimate's tables and total, for a device of the table."""
+    device = device_table().by_name(target)
+    assert device is not None, target
+    found = estimate(run, device)
+    return [found.ops, found.steps, found.excluded, found.predicted_ns]
 
 
 def tau_frames(profiles: list[Any]) -> list[pd.DataFrame]:
@@ -106,9 +121,10 @@ CASES: dict[str, tuple[str, ...]] = {
     "native": ("kinds", "top ops", "top ops by self, shapes", "top modules per rank", "op costs", "op view",
                "scope tree", "code tree", "TAU profiles", "steps with work", "diff with itself",
                "derived metrics per name", "report data", "memory peaks", "live at the peak by category",
-               "layer peaks", "step report"),
+               "layer peaks", "step report", "work items with layers"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
-            "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles"),
+            "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles", "work items with layers",
+            "roofline per kernel", "estimate on a V100"),
     "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
 }
