@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import dlprof
 from dlprof.advice.kernels import Units, math_units
 from dlprof.advice.ranking import Advice, advise
+from dlprof.advice.registry import rule_names, rules
 from dlprof.analysis.gpu import ALL, gpu_breakdown
+from dlprof.keys import RunStatus
+from dlprof.store.manifest import Manifest
+from dlprof.store.writer import RankWriter
+from tests.conftest import KINETO_TRACES
+from tests.exporters.conftest import write_imported_run
 
 
 def _advice(run_dir: Path) -> Advice:
@@ -71,3 +79,25 @@ def test_unsteady_steps_on_the_recorded_jobs(v100_run: Path, a100_run: Path) -> 
     finding = {f.rule: f for f in _advice(v100_run).findings}["unsteady-steps"]
     assert {e.place for e in finding.evidence[:2]} == {"rank 0 ProfilerStep#1011", "rank 0 ProfilerStep#1014"}
     assert "unsteady-steps" in _advice(a100_run).passed
+
+
+SMALL_TRACES = sorted(p for p in KINETO_TRACES.rglob("*.json.gz") if "trace_diff" not in p.parts)
+
+
+@pytest.mark.parametrize("trace", SMALL_TRACES, ids=lambda p: p.parent.name)
+def test_every_recorded_trace_is_judged_or_skipped_by_every_rule(trace: Path, tmp_path: Path) -> None:
+    run = dlprof.load(write_imported_run(tmp_path / "run", trace, (0,)))
+    advice = advise(run, rules=rules(everything=True))
+    judged = [f.rule for f in advice.findings] + [s.rule for s in advice.skipped] + list(advice.passed)
+    assert sorted(judged) == sorted(rule_names())
+    assert all(f.stake_ns >= 0 and f.evidence for f in advice.findings)
+
+
+def test_an_empty_run_skips_every_rule(tmp_path: Path) -> None:
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    Manifest(name="empty", command=["python"], status=RunStatus.COMPLETE).write(run_dir)
+    RankWriter(run_dir, 0).compact()
+    advice = advise(dlprof.load(run_dir), rules=rules(everything=True))
+    assert not advice.findings
+    assert {s.rule for s in advice.skipped} == set(rule_names())

@@ -52,18 +52,18 @@ class LowUtilisation(Rule):
             lambda r: r["idle_ns"])
         devices = ", ".join(f"rank {r} {d} {percent(b, s)}" for (r, d), b, s in
                             zip(low.index, low["busy_ns"], low["span_ns"], strict=True))
-        summary = f"GPU busy {devices}; the host's largest category: {self._largest_host_category(data)}"
+        summary = f"GPU busy {devices}; the host's largest category: {largest_host_category(data)}"
         severity = Severity.HIGH if worst < VERY_LOW_BUSY else Severity.MODERATE
         return self.finding(severity, idle, summary, evidence)
 
-    @staticmethod
-    def _largest_host_category(data: RunData) -> str:
-        """The kind of CPU slice with the most self time, in words, with its time."""
-        kinds = data.run.engine.dialect.literals(tuple(HOST_CATEGORIES))
-        rows = data.run.query(
-            "SELECT kind, CAST(sum(self_ns) AS BIGINT) AS spent FROM slices WHERE device = 'cpu' "
-            f"AND kind IN {kinds}{data.where()} GROUP BY kind ORDER BY spent DESC LIMIT 1").rows
-        if not rows:
-            return "none recorded"
-        kind, spent = rows[0]
-        return f"{HOST_CATEGORIES[Kind(kind)]} ({duration(float(spent or 0))} self time)"
+
+def largest_host_category(data: RunData) -> str:
+    """The kind of CPU slice with the most self time, in words, with its time."""
+    kinds = data.run.engine.dialect.literals(tuple(HOST_CATEGORIES))
+    rows = data.run.query(
+        "SELECT kind, CAST(sum(self_ns) AS BIGINT) AS spent FROM slices WHERE device = 'cpu' "
+        f"AND kind IN {kinds}{data.where()} GROUP BY kind ORDER BY spent DESC LIMIT 1").rows
+    if not rows:
+        return "none recorded"
+    kind, spent = rows[0]
+    return f"{HOST_CATEGORIES[Kind(kind)]} ({duration(float(spent or 0))} self time)"
