@@ -70,6 +70,7 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.forks": Layer.SESSION,
     "dlprof.launcher": Layer.SESSION,
     "dlprof.analysis": Layer.ANALYSIS,
+    "dlprof.advice": Layer.ANALYSIS,  # rules that read analyses and say what to change
     "dlprof.exporters": Layer.EXPORTERS,
     "dlprof.viewers": Layer.VIEWERS,
     "dlprof.cli": Layer.CLI,

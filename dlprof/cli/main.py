@@ -17,6 +17,7 @@ from dlprof import __version__
 # Every subcommand: its module under dlprof.cli, and the line ``dlprof --help`` shows for it.
 COMMANDS: dict[str, tuple[str, str]] = {
     "counters": ("counters", "List the counters dlprof can count on this machine, per backend."),
+    "advise": ("advise", "What to change in a program, ranked by the time at stake, with the evidence."),
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
     "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),

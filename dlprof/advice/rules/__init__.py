@@ -1,0 +1,1 @@
+"""The advice rules, one per module; :mod:`dlprof.advice.registry` finds them here."""
