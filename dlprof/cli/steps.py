@@ -17,7 +17,7 @@ from dlprof.cli.common import (
     run_argument,
     runs_dir_option,
 )
-from dlprof.cli.table_options import DEFAULT_LIMIT, format_option, limit_option
+from dlprof.cli.table_options import DEFAULT_LIMIT, format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -60,6 +60,7 @@ REASONS = {
 @rank_option
 @limit_option("Slowest counted steps to list", note="0 lists every step, in order.")
 @format_option(help_text="Tables for a person, or CSV (one row per step) or JSON for a script.")
+@wide_option
 @runs_dir_option
 @engine_option
 def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
