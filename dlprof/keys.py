@@ -82,12 +82,25 @@ class RunStatus(StrEnum):
 class SortKey(StrEnum):
     """``dlprof top --by``: what the table is ordered by."""
 
-    MICROS = "micros"
+    TOTAL = "total"  # total time, nested work included
+    # tfprof's name for total time, which ``--by`` first took: an alias, so SortKey.MICROS and
+    # SortKey("micros") are SortKey.TOTAL.
+    MICROS = "total"
     SELF = "self"
     CALLS = "calls"
     BYTES = "bytes"
     FLOPS = "flops"
     DEVICE = "device"
+
+    @classmethod
+    def _missing_(cls, value: object) -> SortKey | None:
+        if isinstance(value, str):
+            return SORT_KEY_ALIASES.get(value.lower())
+        return None
+
+
+# Older spellings ``--by`` still takes, each with the key it means.
+SORT_KEY_ALIASES: dict[str, SortKey] = {"micros": SortKey.TOTAL}
 
 
 class GroupKey(StrEnum):

@@ -1,9 +1,23 @@
-"""What several subcommands share: finding the run they act on, and their errors."""
+"""What several subcommands share: finding the run they act on, its options, and their errors.
+
+Options every command spells alike are defined here once (``--dir``, ``--rank``, ``-o/--output``,
+``--engine``) and in :mod:`dlprof.cli.table_options` (what table commands share). An option or a
+value renamed for consistency keeps its old spelling as a hidden alias (:class:`AliasedOption`,
+:class:`AliasedChoice`): scripts written for it keep working, and help shows only the new one.
+
+    @click.command("top")
+    @run_argument
+    @rank_option
+    @runs_dir_option
+    def command(run: str | None, rank: int | None) -> int:
+        loaded = open_run(run)  # RUN, else the newest run under --dir
+"""
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +38,22 @@ class UsageError(Exception):
     """Bad input from the user; main() prints it as one line and exits non-zero."""
 
 
-def newest_run(parent: Path = RUNS_DIR) -> Run:
+def runs_dir() -> Path:
+    """The directory of runs this command was given with ``--dir``, else ./dlprof-runs: where
+    commands without RUN find the newest run, and RUN names a run by name."""
+    context = click.get_current_context(silent=True)
+    chosen = context.meta.get(_RUNS_DIR_KEY) if context is not None else None
+    return chosen if isinstance(chosen, Path) else RUNS_DIR
+
+
+def newest_run(parent: Path | None = None) -> Run:
     """The most recently started run under ``parent`` whose manifest reads.
 
     Newer runs that cannot be loaded are passed over, and named in one line on stderr, so that
     one damaged run never hides the others.
 
     Args:
-        parent: the directory holding run directories.
+        parent: the directory holding run directories (default: :func:`runs_dir`).
 
     Returns:
         The loaded run.
@@ -39,10 +61,11 @@ def newest_run(parent: Path = RUNS_DIR) -> Run:
     Raises:
         RunError: ``parent`` holds no run, or none that loads.
     """
+    parent = runs_dir() if parent is None else parent
     runs = [p for p in parent.glob("*") if (p / MANIFEST_NAME).is_file()] if parent.is_dir() else []
     if not runs:
         raise RunError(
-            f"no runs under ./{parent}; profile a program first: dlprof run script.py"
+            f"no runs under {_shown_dir(parent)}; profile a program first: dlprof run script.py"
         )
     skipped: list[str] = []
     for run_dir in sorted(runs, key=_started, reverse=True):
@@ -55,7 +78,12 @@ def newest_run(parent: Path = RUNS_DIR) -> Run:
             print(f"dlprof: using {run_dir.name}; skipped {len(skipped)} newer unreadable "
                   f"run{'s' if len(skipped) > 1 else ''}: {'; '.join(skipped)}", file=sys.stderr)
         return run
-    raise RunError(f"no readable run under ./{parent}; {len(skipped)} unreadable: {'; '.join(skipped)}")
+    raise RunError(f"no readable run under {_shown_dir(parent)}; {len(skipped)} unreadable: {'; '.join(skipped)}")
+
+
+def _shown_dir(parent: Path) -> str:
+    """A directory of runs as a person typed it: ./dlprof-runs for a relative one."""
+    return str(parent) if parent.is_absolute() else f"./{parent}"
 
 
 def _started(run_dir: Path) -> tuple[int, str]:
@@ -71,13 +99,13 @@ def _started(run_dir: Path) -> tuple[int, str]:
 
 
 def open_run(path: str | None) -> Run:
-    """The run at ``path`` (a directory, or the name of one under ./dlprof-runs), or the newest
-    one under ./dlprof-runs when no path is given; saves a killed run left unfinished are
+    """The run at ``path`` (a directory, or the name of one under the runs directory, ``--dir``),
+    or the newest one there when no path is given; saves a killed run left unfinished are
     finished first (once), so that what they hold is read."""
     if not path:
         run = newest_run()
     else:
-        named = RUNS_DIR / path
+        named = runs_dir() / path
         run = load(named if not Path(path).exists() and (named / MANIFEST_NAME).is_file() else Path(path))
     return _with_saves_finished(run)
 
@@ -119,7 +147,78 @@ class FiniteFloatRange(click.FloatRange):
         return float(number)
 
 
+class AliasedOption(click.Option):
+    """An option that also answers to older names, which its help leaves out.
+
+    ``click.option("-o", "--output", cls=AliasedOption, hidden_aliases=("--out",))`` parses
+    ``--out DIR`` as ``--output DIR``; ``--help`` shows ``-o, --output``.
+    """
+
+    def __init__(self, param_decls: Sequence[str], hidden_aliases: Sequence[str] = (), **attrs: Any) -> None:
+        super().__init__([*param_decls, *hidden_aliases], **attrs)
+        self.hidden_aliases = tuple(hidden_aliases)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        every = self.opts
+        self.opts = [name for name in every if name not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = every
+
+
+class AliasedChoice(click.Choice[str]):
+    """A choice that also takes older names of its values, which help leaves out: ``--format
+    text`` is ``--format table`` where ``text`` was once the name."""
+
+    def __init__(self, choices: Sequence[str], aliases: Mapping[str, str] | None = None) -> None:
+        super().__init__(list(choices), case_sensitive=False)
+        self.aliases = {old.lower(): new for old, new in (aliases or {}).items()}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and value.lower() in self.aliases:
+            value = self.aliases[value.lower()]
+        chosen: str = super().convert(value, param, ctx)
+        return chosen
+
+
 run_argument = click.argument("run", required=False, metavar="[RUN]")
+
+# Where ``--dir`` leaves the runs directory for :func:`runs_dir` (the invocation's shared meta,
+# so a command run in-process after another never inherits it).
+_RUNS_DIR_KEY = "dlprof.runs_dir"
+
+
+def _keep_runs_dir(context: click.Context, _parameter: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        context.meta[_RUNS_DIR_KEY] = value
+
+
+# --dir on every command that finds runs by name or takes the newest, or makes one: the
+# directory they are in.
+runs_dir_option = click.option(
+    "--dir", "runs_directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+    expose_value=False, callback=_keep_runs_dir, is_eager=True, metavar="DIRECTORY",
+    help=f"Directory of runs: where the newest is found, RUN names one, and new runs go. [default: {RUNS_DIR}]")
+
+# --rank on every command that can show one rank of a job alone.
+rank_option = click.option("--rank", type=click.IntRange(min=0), default=None, metavar="N",
+                           help="Only this rank of a job (default: every rank).")
+
+
+def output_option(help_text: str, path_type: click.Path, hidden_aliases: Sequence[str] = ()) -> Callable[..., Any]:
+    """``-o/--output PATH``, for every file or directory a command writes.
+
+    Args:
+        help_text: what is written there, and where it goes without the option.
+        path_type: what the path may be (a file, a directory).
+        hidden_aliases: older names the option still answers to (``--out``).
+
+    Returns:
+        The click decorator; the value reaches the command as ``output``.
+    """
+    return click.option("-o", "--output", "output", cls=AliasedOption, hidden_aliases=hidden_aliases,
+                        type=path_type, default=None, help=help_text)
 
 
 def _choose_engine(_context: click.Context, _parameter: click.Parameter, value: str | None) -> None:

@@ -9,11 +9,14 @@ from dataclasses import asdict
 
 import click
 
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.table_options import format_option, wide_option
 from dlprof.collectors.counters import backend_status, papi_events
+from dlprof.engine.rows import Rows
+from dlprof.keys import TableFormat
 from dlprof.support.perf_event import CounterInfo, available_events
 from dlprof.viewers.fit import Column, print_columns
 from dlprof.viewers.screen import wrapped
+from dlprof.viewers.terminal import write_table
 
 HELP = """List the counters dlprof can count on this machine, per backend.
 
@@ -25,19 +28,24 @@ Count them per step and region with `dlprof run --counters NAME,...`.
 Examples:
   dlprof counters
   dlprof counters --wide           # descriptions and reasons whole
-  dlprof counters --format json
+  dlprof counters -f json          # counters and backends, for scripts
+  dlprof counters -f csv           # the counters, one row each
   dlprof run --counters task-clock,page-faults train.py
 """
 
 
 @click.command("counters", help=HELP)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False),
-              default="table", show_default=True, help="Table for a person, JSON for a script.")
+@format_option(help_text="Table for a person; CSV (the counters) or JSON (counters and backends) for a script.")
 @wide_option
 def command(fmt: str) -> int:
     events = available_events() + papi_events()
     backends = backend_status()
-    if fmt == "json":
+    if TableFormat(fmt) is TableFormat.CSV:
+        records = [asdict(event) for event in events]
+        columns = tuple(records[0]) if records else ()
+        write_table(Rows(columns, [tuple(r.values()) for r in records]), "", TableFormat.CSV)
+        return 0
+    if TableFormat(fmt) is TableFormat.JSON:
         document = {
             "counters": [asdict(event) for event in events],
             "backends": [asdict(backend) for backend in backends],

@@ -19,8 +19,8 @@ from dlprof.analysis.diff import (
     regressed,
     work_steps,
 )
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, runs_dir_option
+from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import render_diff
@@ -32,7 +32,7 @@ and share of each name in A and in B, and the change, largest first; names new i
 from A are listed as such.
 
 RUN_A is the baseline, RUN_B the run compared with it: each a run directory or the name of one
-under ./dlprof-runs. Imported traces compare like profiled runs.
+under --dir (./dlprof-runs). Imported traces compare like profiled runs.
 
 \b
 What is compared:
@@ -63,7 +63,8 @@ Examples:
   dlprof diff a b --rank 3:1                      # rank 3 of A against rank 1 of B
   dlprof diff base new --fail-above 5 --min-time 200us   # CI: fail on a >5% slowdown
   dlprof diff before after --wide                 # every column and whole names
-  dlprof diff before after --format json          # every column, for scripts
+  dlprof diff before after -f json                # every column, for scripts
+  dlprof diff --dir runs before after             # runs named under runs/
 """
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -87,9 +88,8 @@ class Duration(click.ParamType[int]):
 @click.command("diff", help=HELP)
 @click.argument("run_a", metavar="RUN_A")
 @click.argument("run_b", metavar="RUN_B")
-@click.option("--kind", "kinds", multiple=True,
-              help="Kind of slice to compare, one section each; repeat it for several (any kind in the runs) "
-              "[default: op and kernel, those the runs hold].")
+@kind_option("Kind of slice to compare, one section each; repeat it for several (any kind in the runs) "
+             "[default: op and kernel, those the runs hold].")
 @click.option("--per", type=click.Choice([str(b) for b in DiffBasis], case_sensitive=False), default=None,
               help="Compare per step or whole-run totals [default: step when both runs have steps].")
 @click.option("--rank", "rank_text", default=None, metavar="N|A:B",
@@ -99,12 +99,10 @@ class Duration(click.ParamType[int]):
               help="Exit 1 when the total or any name regressed by more than PCT percent (see above).")
 @click.option("--min-time", "min_ns", type=Duration(), default="50us", show_default=True,
               help="Noise floor for --fail-above: a smaller increase is never a regression.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Names per kind (0: all); the gate always checks every name.")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Tables for a person, or every column as CSV or JSON for a script.")
+@limit_option("Names per kind", note="The gate always checks every name.")
+@format_option(help_text="Tables for a person, or every column as CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, rank_text: str | None,
             fail_above: float | None, min_ns: int, limit: int, fmt: str) -> int:

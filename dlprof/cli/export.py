@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlprof.cli.common import UsageError, open_run, progress_bar, run_argument
+from dlprof.cli.common import UsageError, open_run, output_option, progress_bar, run_argument, runs_dir_option
 from dlprof.exporters.base import Exporter, ExportError
 from dlprof.exporters.chrome import ChromeExporter
 from dlprof.exporters.registry import (
@@ -27,7 +27,8 @@ HELP = f"""Export a run as a trace file for a timeline viewer or a trace analyse
 Formats (and the extension that picks each when --format is left out):
 {chr(10).join(f"  {n:<{_NAME_WIDTH}}  {c.file_extension:<{_EXTENSION_WIDTH}}  {c.description}" for n, c in BY_FORMAT.items())}
 
-RUN is a run directory; by default the newest under ./dlprof-runs. With neither --format nor
+RUN is a run directory, or the name of one under --dir; by default the newest there. With
+neither --format nor
 -o the format is {DEFAULT_FORMAT}. Without -o the trace goes into the run
 directory as trace.<ext>. A Chrome export of a run with several ranks writes one file per
 rank beside -o, NAME.rankN.json (Holistic Trace Analysis reads a directory of them), or with
@@ -39,7 +40,8 @@ one per line.
 Examples:
   dlprof export                                  # newest run -> <run>/trace.json
   dlprof export RUN -o cnn.perfetto-trace        # native Perfetto; open in ui.perfetto.dev
-  dlprof export RUN --format perfetto            # -> RUN/trace.perfetto-trace
+  dlprof export RUN -f perfetto                  # -> RUN/trace.perfetto-trace
+  dlprof export RUN -f tau -o profiles.tau       # TAU profile directory (pprof, ParaProf)
   dlprof export RUN -o traces/train.json         # Kineto layout, for Holistic Trace Analysis
   dlprof export RUN -o job.json --merged         # every rank in one Chrome trace
 """
@@ -47,12 +49,12 @@ Examples:
 
 @click.command("export", help=HELP)
 @run_argument
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_NAMES, case_sensitive=False),
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMAT_NAMES, case_sensitive=False),
               default=None, help="Trace format (default: from -o's extension, else chrome).")
-@click.option("-o", "--output", type=click.Path(), default=None,
-              help="File to write (default: trace.<ext> inside the run directory).")
+@output_option("File to write (default: trace.<ext> inside the run directory).", click.Path())
 @click.option("--merged", is_flag=True, default=False,
               help="Chrome: every rank in one file (default: one file per rank, as HTA reads them).")
+@runs_dir_option
 def command(run: str | None, fmt: str | None, output: str | None, merged: bool) -> int:
     loaded = open_run(run)
     exporter = _exporter(fmt, output)

@@ -5,8 +5,16 @@ from __future__ import annotations
 import click
 
 from dlprof.analysis.gpu import ALL, gpu_breakdown
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -14,7 +22,7 @@ from dlprof.viewers.terminal import readable_columns, write_table
 HELP = """Show each GPU's busy and idle time per training step, what kept it busy, and
 kernel launch delays.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 Busy time is the union of the GPU's kernels, memcpy and memset (work overlapping on several
 streams counts once); idle time is the rest of the step's window on that GPU. Work belongs to
@@ -25,8 +33,8 @@ runtime call that launched it. The row "all" covers each GPU from its first work
 Examples:
   dlprof gpu                        # the newest run
   dlprof gpu RUN --rank 1           # one rank of a distributed run
-  dlprof gpu RUN --format csv       # every column, for a spreadsheet
-  dlprof gpu RUN --format json      # for scripts
+  dlprof gpu RUN -f csv             # every column, for a spreadsheet
+  dlprof gpu RUN -f json            # for scripts
 """
 
 # The two tables a person sees: (column in the breakdown, header), in order.
@@ -48,16 +56,10 @@ _DELAY_COLUMNS = [
 
 @click.command("gpu", help=HELP)
 @run_argument
-@click.option("--rank", type=int, default=None, help="Only this rank.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-    default=str(TableFormat.TABLE),
-    show_default=True,
-    help="Tables for a person, or every column as CSV or JSON for a script.",
-)
+@rank_option
+@format_option()
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, rank: int | None, fmt: str) -> int:
     loaded = open_run(run)

@@ -10,8 +10,7 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from dlprof.cli.common import UsageError, progress_bar
-from dlprof.config import RUNS_DIR
+from dlprof.cli.common import UsageError, output_option, progress_bar, runs_dir, runs_dir_option
 from dlprof.importers.trace_file import TraceImportError, dropped_text, import_traces
 
 HELP = """Import trace files into a run, so every dlprof command works on them.
@@ -26,6 +25,7 @@ by their distributedInfo.rank or, failing that, by their order here.
 \b
 Examples:
   dlprof import trace.json.gz                       # -> ./dlprof-runs/<time>-trace
+  dlprof import --dir runs trace.json.gz            # -> runs/<time>-trace
   dlprof import -o runs/job rank0.json rank1.json   # two ranks, one run
   dlprof import trace.json && dlprof top --kind kernel
   dlprof import logs/plugins/profile/*/host.xplane.pb && dlprof top --kind module
@@ -35,11 +35,12 @@ Examples:
 
 @click.command("import", help=HELP)
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Run directory to create (default: ./dlprof-runs/<time>-<first file>).")
-def command(traces: tuple[Path, ...], out: Path | None) -> int:
+@output_option("Run directory to create (default: <time>-<first file> under --dir).",
+               click.Path(file_okay=False, path_type=Path), hidden_aliases=("--out",))
+@runs_dir_option
+def command(traces: tuple[Path, ...], output: Path | None) -> int:
     stem = traces[0].name.split(".")[0] or "trace"
-    run_dir = out or RUNS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
+    run_dir = output or runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(f"{run_dir}: already exists and is not empty; choose another -o")
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

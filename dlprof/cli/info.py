@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlprof.cli.common import open_run, run_argument
+from dlprof.cli.common import open_run, run_argument, runs_dir_option
 from dlprof.cli.ls import human_duration, human_size
-from dlprof.cli.table_options import wide_option
-from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS, RunStatus
+from dlprof.cli.table_options import format_option, wide_option
+from dlprof.keys import THROTTLE_CALLS, THROTTLE_PER_CALL_NS, RunStatus, TableFormat
 from dlprof.store.catalog import event_count, run_size, script_of
 from dlprof.store.manifest import NESTING_CHANGES
 from dlprof.store.reader import Run
@@ -26,7 +26,8 @@ from dlprof.viewers.screen import printable, table_width
 
 HELP = """Show what a run is: status, command, times, host, devices, collectors, clocks, counts.
 
-RUN is a run directory; by default the newest under ./dlprof-runs. --format json prints the
+RUN is a run directory, or the name of one under --dir; by default the newest there.
+-f json prints the
 manifest (run.json) as written, plus "path" and "effective_status" (what dlprof reports:
 "killed" for a run left "running" by a writer that is gone).
 
@@ -34,7 +35,7 @@ manifest (run.json) as written, plus "path" and "effective_status" (what dlprof 
 Examples:
   dlprof info                      # newest run
   dlprof info RUN --wide           # long lines whole, however wide
-  dlprof info RUN --format json    # for scripts
+  dlprof info RUN -f json          # for scripts
 """
 
 # A console width no line of the summary reaches (--wide).
@@ -51,12 +52,13 @@ _STATUS_STYLE = {
 
 @click.command("info", help=HELP)
 @run_argument
-@click.option("--format", "fmt", type=click.Choice(["text", "json"], case_sensitive=False),
-              default="text", show_default=True, help="A summary for a person, or the manifest as JSON.")
+@format_option((TableFormat.TABLE, TableFormat.JSON), aliases={"text": TableFormat.TABLE},
+               help_text="A summary for a person, or the manifest as JSON.")
 @wide_option
+@runs_dir_option
 def command(run: str | None, fmt: str) -> int:
     loaded = open_run(run)
-    if fmt == "json":
+    if TableFormat(fmt) is TableFormat.JSON:
         data = dataclasses.asdict(loaded.manifest)
         data.update(path=str(loaded.path), effective_status=str(loaded.status))
         click.echo(json.dumps(data, indent=2))

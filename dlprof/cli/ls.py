@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import click
 
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import runs_dir, runs_dir_option
+from dlprof.cli.table_options import format_option, wide_option
 from dlprof.config import RUNS_DIR
 from dlprof.engine.rows import Rows
 from dlprof.keys import TableFormat
 from dlprof.store.catalog import list_runs
 from dlprof.viewers.terminal import write_table
 
-HELP = f"""List the runs under ./{RUNS_DIR}, newest first.
+HELP = f"""List the runs under ./{RUNS_DIR} (or --dir), newest first.
 
 One row per run directory: its name (what other commands take as RUN), the script it
 profiled, its status (a run whose writer died shows as killed; one whose manifest or files
@@ -27,18 +27,16 @@ Examples:
   dlprof ls                        # ./dlprof-runs
   dlprof ls --dir runs             # another directory of runs
   dlprof ls --wide                 # every column, however wide
-  dlprof ls --format json          # for scripts (times in ns, sizes in bytes)
+  dlprof ls -f json                # for scripts (times in ns, sizes in bytes)
 """
 
 
 @click.command("ls", help=HELP)
-@click.option("--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=RUNS_DIR,
-              show_default=True, help="Directory holding the runs.")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=TableFormat.TABLE.value, show_default=True,
-              help="Table for a person, CSV or JSON for a script.")
+@runs_dir_option
+@format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option
-def command(parent: Path, fmt: str) -> int:
+def command(fmt: str) -> int:
+    parent = runs_dir()
     runs = list_runs(parent)
     table_format = TableFormat(fmt)
     if table_format is not TableFormat.TABLE:

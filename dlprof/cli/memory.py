@@ -16,8 +16,16 @@ from dlprof.analysis.memory import (
     live_at_peak,
     memory_peaks,
 )
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import format_sizes, size_unit, write_table
@@ -28,7 +36,7 @@ op, or by category (parameters, activations, gradients... as the source records 
 activation inside a layer's forward and gradient inside its backward). With --by layer, also
 what each layer added to the allocated total at its height (the most over its calls).
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 A block is live at the peak when it was allocated at or before it and freed after it (frees
 are matched to allocations by address). Memory allocated before recording began has no
@@ -42,8 +50,8 @@ Examples:
   dlprof memory RUN --by layer           # live blocks by layer, and each layer's own peak
   dlprof memory RUN --by category -n 5   # parameters, activations, gradients...
   dlprof memory RUN --device cuda:0 --rank 1
-  dlprof memory RUN --format json        # {"peaks": [...], "live": [...], "layers": [...]}
-  dlprof memory RUN --format csv         # the live groups, each with its device's peak
+  dlprof memory RUN -f json              # {"peaks": [...], "live": [...], "layers": [...]}
+  dlprof memory RUN -f csv               # the live groups, each with its device's peak
 """
 
 _PEAK_SIZES = [("peak_bytes", "Peak allocated"), ("reserved_peak_bytes", "Peak reserved"),
@@ -53,16 +61,14 @@ _LAYER_SIZES = [("added_bytes", "Added (max)"), ("mean_added_bytes", "Added (mea
 
 @click.command("memory", help=HELP)
 @run_argument
-@click.option("--rank", type=int, default=None, help="Only this rank.")
+@rank_option
 @click.option("--device", default=None, help="Only this device (cpu, cuda:0...).")
 @click.option("--by", "by", type=click.Choice([str(g) for g in MemoryGroup], case_sensitive=False),
               default=str(MemoryGroup.OP), show_default=True, help="Group the blocks live at the peak by this.")
-@click.option("-f", "--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Tables for a person, or every column as CSV or JSON for a script.")
-@click.option("-n", "--limit", type=click.IntRange(min=0), default=15, show_default=True,
-              help="Groups (and layers) to show per device (0: all).")
+@format_option()
+@limit_option("Groups (and layers) to show per device")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, rank: int | None, device: str | None, by: str, fmt: str, limit: int) -> int:
     loaded = open_run(run)

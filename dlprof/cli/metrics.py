@@ -19,8 +19,8 @@ from dlprof.analysis.derived import (
     parse_metric_option,
     source_counters,
 )
-from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
+from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
@@ -36,7 +36,7 @@ flops (the slice's flops column) and max_warps_per_sm, with numbers, + - * / ** 
 a name with other characters goes in backticks. Per name, counters are summed over the slices
 first and the formula is applied to the sums, as ParaProf does.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 \b
 Examples:
@@ -45,7 +45,8 @@ Examples:
   dlprof metrics --metric ipc --group-by slice     # one built-in, one row per slice
   dlprof metrics --metric 'gips=inst_executed / time / 1e9'
   dlprof metrics --kind op --metric 'gflops=flops / time / 1e9'
-  dlprof metrics RUN --format json                 # for scripts
+  dlprof metrics --kind kernel --kind memcpy -n 30 # slices of either kind, 30 rows
+  dlprof metrics RUN -f json                       # for scripts
 """
 
 # Where a user's formula names may come from, for the message when one is not found.
@@ -61,16 +62,13 @@ _NAME_SOURCES = ("names are the run's counters, with or without their source pre
 @click.option("--group-by", "group_by", type=click.Choice([str(g) for g in Grouping]),
               default=Grouping.NAME.value, show_default=True,
               help="One row per slice name (counters summed first), or per slice.")
-@click.option("--kind", "kinds", multiple=True,
-              help="Only slices of this kind (repeatable). Default: every slice with counters.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
-              help="Rows to show (0: all).")
+@kind_option("Only slices of any of these kinds (repeatable). Default: every slice with counters.")
+@limit_option("Rows to show")
 @click.option("--list", "list_only", is_flag=True,
               help="List the metrics with their formulas and counters, and whether this run has them.")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
-              default=TableFormat.TABLE.value, show_default=True,
-              help="Table for a person, CSV or JSON for a script.")
+@format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, options: tuple[str, ...], group_by: str, kinds: tuple[str, ...],
             limit: int, list_only: bool, fmt: str) -> int:

@@ -9,8 +9,8 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, rank_summary, stragglers
-from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
+from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.screen import wrapped
@@ -19,7 +19,7 @@ from dlprof.viewers.terminal import readable_columns, short_name, write_table
 HELP = f"""Compare the ranks of a distributed run: step times, compute against communication
 against idle time, how much communication computation hides, and stragglers.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 A rank with GPU work is measured on its GPUs (communication: NCCL/RCCL kernels; compute: the other
 kernels), a rank without on its CPU threads (communication: collectives such as c10d::allreduce_
@@ -36,8 +36,8 @@ Examples:
   dlprof ranks                          # the newest run: per-rank summary, then stragglers
   dlprof ranks RUN --threshold 5        # flag lags over 5% of the median step time
   dlprof ranks RUN --by-step            # one row per rank and step
-  dlprof ranks RUN --format json        # the summary, every column, for scripts
-  dlprof ranks RUN --by-step --format csv
+  dlprof ranks RUN -f json              # the summary, every column, for scripts
+  dlprof ranks RUN --by-step -f csv
 """
 
 _STEP_TIMES = [("step_median_ns", "Step median"), ("step_max_ns", "Step max")]
@@ -56,10 +56,9 @@ _LATE_KEPT = ("Step", "Rank", "Latest arrival", "Arrival lag %", "Step lag %")
               show_default=True, metavar="PCT",
               help="Flag a rank that held the others up by more than this percent of the median step time.")
 @click.option("--by-step", is_flag=True, help="One row per rank and step instead of per rank.")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Tables for a person, or every column as CSV or JSON for a script.")
+@format_option()
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, threshold: float, by_step: bool, fmt: str) -> int:
     loaded = open_run(run)

@@ -11,7 +11,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from dlprof.analysis.report_data import STAGES, report_data
-from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
+from dlprof.cli.common import (
+    UsageError,
+    engine_option,
+    open_run,
+    output_option,
+    run_argument,
+    runs_dir_option,
+)
 from dlprof.store.safe_files import write_text
 from dlprof.viewers.html_report import render_report
 
@@ -22,7 +29,8 @@ they could not do), step times, the top ops, layers and kernels (sortable), a zo
 of steps and their nested slices per thread and stream, memory and counter curves, and derived
 metrics and tuning candidates where the run has them. It makes no network request.
 
-RUN is a run directory; by default the newest under ./dlprof-runs. The report is written to
+RUN is a run directory, or the name of one under --dir; by default the newest there. The
+report is written to
 RUN/report.html unless -o says otherwise.
 
 \b
@@ -34,8 +42,9 @@ Examples:
 
 @click.command("report", help=HELP)
 @run_argument
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the HTML (default: RUN/report.html).")
+@output_option("Where to write the HTML (default: RUN/report.html).",
+               click.Path(dir_okay=False, path_type=Path))
+@runs_dir_option
 @engine_option
 def command(run: str | None, output: Path | None) -> int:
     loaded = open_run(run)

@@ -10,7 +10,9 @@ from typing import Any
 
 import click
 
-from dlprof.cli.common import UsageError
+from dlprof.cli.common import UsageError, output_option, runs_dir, runs_dir_option
+from dlprof.cli.table_options import limit_option
+from dlprof.config import RUNS_DIR
 from dlprof.keys import RunStatus
 
 # Everything else is imported when the command runs: `dlprof --help` loads this module too.
@@ -18,7 +20,7 @@ from dlprof.keys import RunStatus
 HELP = """Run a Python script (or -m module) under the profiler.
 
 The script runs as `python script.py args` would run it; its exit code passes through. The run
-is written to -o DIR, by default ./dlprof-runs/<YYYYmmdd-HHMMSS>-<script>/, even if the script
+is written to -o DIR, by default <YYYYmmdd-HHMMSS>-<script>/ under --dir (./dlprof-runs), even if the script
 fails or is interrupted. A DIR that already holds a run is refused unless --force (which
 replaces it); one that holds other files is always refused.
 
@@ -32,6 +34,8 @@ Examples:
   dlprof run --counters task-clock,page-faults train.py   # CPU counters per step and region
   dlprof run --with-stack train.py             # Python stacks of ops, for dlprof tree --view code
   dlprof run --memory-cap 256 --save-seconds 5 long_job.py   # tighter bounds on a long run
+  dlprof run -n 5 train.py                     # print the 5 most expensive ops at the end (0: none)
+  dlprof run --dir runs train.py               # -> runs/<time>-train; then dlprof top --dir runs
   dlprof run --nproc 2 ddp_train.py            # two ranks (torchrun), one run directory
   torchrun --nproc-per-node 2 -m dlprof run ddp_train.py   # the same, started by torchrun
 
@@ -89,6 +93,18 @@ def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int 
         print(f"dlprof: {error}", file=sys.stderr)
 
 
+def _default_run_dir(label: str, shared: bool) -> Path | None:
+    """The run directory under --dir when one was given, named as the session names it (one
+    name every rank of a job derives alike when ``shared``); None leaves the session's own
+    default (./dlprof-runs)."""
+    if runs_dir() == RUNS_DIR:
+        return None
+    from dlprof.distributed import shared_run_dir
+    from dlprof.session import new_run_dir
+
+    return shared_run_dir(label, runs_dir()) if shared else new_run_dir(label, runs_dir())
+
+
 def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     """--nproc: the same command for every rank, less --nproc and the top table, via torchrun."""
     from dlprof.launcher import LaunchError, launch_ranks
@@ -98,13 +114,13 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     args: list[str] = []
     for param in context.command.params:
         value = context.params.get(param.name or "")
-        if not isinstance(param, click.Option) or param.name in ("nproc", "top_rows", "out", "force"):
+        if not isinstance(param, click.Option) or param.name in ("nproc", "limit", "output", "force"):
             continue
         if param.is_flag:
             args += [param.opts[0]] if value else []
         elif value is not None and value != param.default:
             args += [param.opts[-1], str(value)]
-    args += ["--top", "0", *context.params["target_and_args"]]
+    args += ["--limit", "0", *context.params["target_and_args"]]
     try:
         torchrun_code = launch_ranks(nproc, run_dir, args)
     except LaunchError as error:
@@ -203,8 +219,9 @@ class _CollectorsOption(click.Option):
     help=HELP,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("-o", "--out", type=click.Path(file_okay=False), default=None,
-              help="Run directory to write.")
+@output_option("Run directory to write (default: <time>-<script> under --dir).", click.Path(file_okay=False),
+               hidden_aliases=("--out",))
+@runs_dir_option
 @click.option("--force", is_flag=True, help="Replace the run already in -o DIR.")
 @click.option("-m", "module", default=None, metavar="MODULE",
               help="Run a library module as a script, as python -m does.")
@@ -215,8 +232,7 @@ class _CollectorsOption(click.Option):
 @click.option("--no-auto-steps", is_flag=True,
               help="Do not end a step at each optimizer.step() or Keras fit batch; only "
                    "prof.step()/dlprof.step() do.")
-@click.option("--top", "top_rows", type=click.IntRange(min=0), default=15, show_default=True,
-              help="Rows of the top-ops table printed at the end (0: none).")
+@limit_option("Rows of the top-ops table printed at the end", hidden_aliases=("--top",))
 @click.option("--counters", "counters", default=None, metavar="NAME,...",
               help="CPU counters per step and region (see dlprof counters); adds the counters collector.")
 @click.option("--counter-scope", type=click.Choice(["thread", "process"]), default="thread",
@@ -236,8 +252,8 @@ class _CollectorsOption(click.Option):
 @click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def command(out: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
-            no_auto_steps: bool, top_rows: int, counters: str | None, counter_scope: str,
+def command(output: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
+            no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
             with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
             nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     from dlprof.runner import Target
@@ -264,14 +280,14 @@ def command(out: str | None, force: bool, module: str | None, collectors: str | 
         place = RankEnvironment.from_environment()
     except (ScheduleError, TargetError, ValueError) as error:
         raise UsageError(str(error)) from None
-    if out and not place.distributed:  # ranks of a job share -o: the launcher checked it
-        _prepare_out(Path(out), force)
+    if output and not place.distributed:  # ranks of a job share -o: the launcher checked it
+        _prepare_out(Path(output), force)
     if nproc is not None:
-        return _launch(nproc, Path(out) if out else new_run_dir(target.label), top_rows)
+        return _launch(nproc, Path(output) if output else new_run_dir(target.label, runs_dir()), limit)
     config = ProfileConfig(
         rank=place.rank,
         world_size=place.world_size,
-        out=Path(out) if out else None,
+        out=Path(output) if output else _default_run_dir(target.label, place.world_size > 1),
         name=target.label,
         collectors=chosen,
         schedule=parsed_schedule,
@@ -292,9 +308,9 @@ def command(out: str | None, force: bool, module: str | None, collectors: str | 
     print(f"dlprof: {who}run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
           file=sys.stderr)
     # Under torchrun the other ranks may still be writing: rank 0 shows its own part only.
-    if top_rows and outcome.signum is None and place.rank == 0:
+    if limit and outcome.signum is None and place.rank == 0:
         active = tuple(info.name for info in outcome.manifest.collectors if info.active)
-        _print_top(outcome.run_dir, active, top_rows, rank=0 if place.distributed else None,
+        _print_top(outcome.run_dir, active, limit, rank=0 if place.distributed else None,
                    rank_status=status)
     if outcome.signum is not None:
         sys.stdout.flush()

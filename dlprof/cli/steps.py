@@ -8,8 +8,16 @@ import click
 import pandas as pd
 
 from dlprof.analysis.steps import STEP_COLUMNS, StepPart, StepReport, StepStatus, excluded_steps, step_report
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import DEFAULT_LIMIT, format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
@@ -18,7 +26,7 @@ HELP = """Step-time statistics of a run: count, mean, median, p90, p99, standard
 least and most, per rank; where a step's time goes (data wait, forward, backward, optimizer,
 communication, other); and the slowest steps.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 Two kinds of step are left out of the statistics, and listed with the reason: the program's
 first step (warm-up: ProfilerStep#0 pays for initialisation) and the step open when profiling
@@ -32,9 +40,9 @@ the rest, so the parts add up to the step.
 Examples:
   dlprof steps                       # the newest run: statistics, breakdown, slowest steps
   dlprof steps RUN --rank 1          # one rank of a job
-  dlprof steps RUN -n 0              # every step, not only the 10 slowest
-  dlprof steps RUN --format csv      # one row per step (status and parts), for scripts
-  dlprof steps RUN --format json     # statistics, breakdown and steps as one JSON object
+  dlprof steps RUN -n 0              # every step, not only the 15 slowest
+  dlprof steps RUN -f csv            # one row per step (status and parts), for scripts
+  dlprof steps RUN -f json           # statistics, breakdown and steps as one JSON object
 """
 
 _STATISTICS = [("mean_ns", "Mean"), ("median_ns", "Median"), ("p90_ns", "p90"), ("p99_ns", "p99"),
@@ -49,13 +57,11 @@ REASONS = {
 
 @click.command("steps", help=HELP)
 @run_argument
-@click.option("--rank", type=int, default=None, help="Only this rank.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Slowest counted steps to list (0: all steps, in order).")
-@click.option("--format", "-f", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Tables for a person, or CSV (one row per step) or JSON for a script.")
+@rank_option
+@limit_option("Slowest counted steps to list", note="0 lists every step, in order.")
+@format_option(help_text="Tables for a person, or CSV (one row per step) or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
@@ -63,7 +69,7 @@ def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
     return 0
 
 
-def print_steps(loaded: Run, rank: int | None = None, limit: int = 10,
+def print_steps(loaded: Run, rank: int | None = None, limit: int = DEFAULT_LIMIT,
                 fmt: TableFormat = TableFormat.TABLE) -> None:
     """Print a run's step report, or fail with one line saying why there is none."""
     check_rank(loaded, rank)

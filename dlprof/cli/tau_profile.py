@@ -4,12 +4,29 @@ layout; the command keeps the name of TAU's tool, and Google's pprof format is a
 from __future__ import annotations
 
 import click
+import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
-from dlprof.analysis.tau_profile import function_summaries, tau_profiles
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.analysis.tau_profile import (
+    PROFILE_COLUMNS,
+    FunctionSummary,
+    ThreadProfile,
+    function_summaries,
+    tau_profiles,
+)
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, limit_option, wide_option
+from dlprof.keys import TableFormat
 from dlprof.viewers.tau_profile_text import write_tau_profile
+from dlprof.viewers.terminal import write_table
 
 HELP = """Print a run's flat profile per rank and thread, in TAU's profile layout (as TAU's
 pprof tool prints it; for Google's pprof format: dlprof export -o prof.pb.gz).
@@ -19,13 +36,15 @@ name's exclusive and inclusive time, calls, direct child calls and inclusive tim
 sorted by inclusive time. With several threads, TAU's total and mean summaries follow. To fit
 the terminal, #Subrs and then the inclusive time per call go first (--wide keeps them).
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 \b
 Examples:
-  dlprof pprof                      # newest run, every rank and thread
+  dlprof pprof                      # newest run, every rank and thread, 15 rows a table
   dlprof pprof RUN --rank 1         # only rank 1 (TAU's node 1)
-  dlprof pprof RUN --limit 20       # 20 rows per table, the rest as -others-
+  dlprof pprof RUN -n 0             # every row, as TAU's pprof prints them
+  dlprof pprof RUN -n 20            # 20 rows per table, the rest as -others-
+  dlprof pprof RUN -f csv           # the same rows, a profile column naming each table
   dlprof pprof RUN --wide | less -S # TAU's whole layout, whole names
   dlprof pprof RUN --engine spark   # computed by Apache Spark
 """
@@ -33,13 +52,13 @@ Examples:
 
 @click.command("pprof", help=HELP)
 @run_argument
-@click.option("--rank", type=int, default=None, help="Only this rank (TAU's node).")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Rows per table (0: all); the rest are summed into a -others- row, as "
-                   "TAU's pprof -n does.")
+@rank_option
+@limit_option("Rows per table", note="The rest are summed into a -others- row, as TAU's pprof -n does.")
+@format_option(help_text="TAU's text layout for a person, or its rows as CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
-def command(run: str | None, rank: int | None, limit: int) -> int:
+def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)
     if not kinds_present(loaded):
         raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
@@ -48,7 +67,33 @@ def command(run: str | None, rank: int | None, limit: int) -> int:
         profiles = tau_profiles(loaded, rank=rank)
     except ValueError as error:
         raise UsageError(f"{loaded.path}: {error}") from None
-    summaries = [s.head(limit) for s in function_summaries(profiles)]
+    summaries = [s.head(limit or None) for s in function_summaries(profiles)]
+    shown = [p.head(limit or None) for p in profiles]
+    if TableFormat(fmt) is not TableFormat.TABLE:
+        write_table(profile_rows(shown, summaries), "", TableFormat(fmt))
+        return 0
     title = f"Reading run {loaded.path} ({loaded.status})"
-    write_tau_profile([p.head(limit) for p in profiles], summaries, title)
+    write_tau_profile(shown, summaries, title)
     return 0
+
+
+def profile_rows(profiles: list[ThreadProfile], summaries: list[FunctionSummary]) -> pd.DataFrame:
+    """TAU's tables as one table for a script: the rows each thread's table shows (``profile``
+    "thread", with its rank, thread, pid, tid and device), then the summaries' ("total",
+    "mean", with no thread).
+
+    Args:
+        profiles: the thread profiles as shown (cut to the limit, with their ``-others-`` row).
+        summaries: the total and mean summaries as shown.
+
+    Returns:
+        Columns profile, rank, thread, pid, tid, device, then :data:`PROFILE_COLUMNS`.
+    """
+    keys = ["profile", "rank", "thread", "pid", "tid", "device"]
+    parts = [p.functions.assign(profile="thread", rank=p.rank, thread=p.thread, pid=p.pid, tid=p.tid,
+                                device=p.device) for p in profiles]
+    parts += [s.functions.assign(profile=str(s.kind), rank=None, thread=None, pid=None, tid=None, device=None)
+              for s in summaries]
+    if not parts:
+        return pd.DataFrame(columns=[*keys, *PROFILE_COLUMNS])
+    return pd.concat(parts, ignore_index=True)[[*keys, *PROFILE_COLUMNS]]

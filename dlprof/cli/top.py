@@ -7,28 +7,40 @@ from enum import StrEnum
 import click
 
 from dlprof.analysis.aggregate import SORT_COLUMN, kinds_present, top_rows
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    AliasedChoice,
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.engine.rows import Rows
-from dlprof.keys import GroupKey, Kind, SortKey, TableFormat
+from dlprof.keys import SORT_KEY_ALIASES, GroupKey, Kind, SortKey, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import write_table
 
 HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
+Several --kind give a table each (a CSV or JSON table with a kind column).
 
 \b
 Examples:
-  dlprof top --by micros                 # ops by total time, newest run
+  dlprof top --by total                  # ops by total time, newest run
   dlprof top --kind module --by self     # layers by their time outside the layers inside them
   dlprof top --kind module --leaves      # the layers that hold no other layer
+  dlprof top --kind kernel --kind memcpy # a table per kind
   dlprof top --within eval               # ops inside the region (or any slice) named eval
-  dlprof top --group-by shape --limit 30 # one row per op and input shapes
+  dlprof top --group-by shape -n 30      # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks
-  dlprof top --by micros --group-by type # tfprof's op view: bytes, times, occurrence per op type
+  dlprof top --by total --group-by type  # tfprof's op view: bytes, times, occurrence per op type
+  dlprof top --dir runs --rank 1         # the newest run under runs/, rank 1 only
   dlprof top RUN --wide                  # every column and whole names, however wide
-  dlprof top RUN --format json           # for scripts
+  dlprof top RUN -f json                 # for scripts
   dlprof top RUN --engine spark          # the same table, computed by Apache Spark
 """
 
@@ -39,31 +51,74 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 
 @click.command("top", help=HELP)
 @run_argument
-@click.option("--by", "by", type=_choice(SortKey), default=SortKey.MICROS.value, show_default=True,
-              help="Sort key: total time, self time, calls, bytes allocated, FLOPs, device time.")
-@click.option("--kind", default="op", show_default=True,
-              help="Kind of slice: op, module, region, step, kernel, ... (any kind in the run).")
+@click.option("--by", "by", type=AliasedChoice([str(k) for k in SortKey], SORT_KEY_ALIASES),
+              default=str(SortKey.TOTAL), show_default=True,
+              help="Sort key: total time, self time, calls, bytes allocated, FLOPs, device time "
+                   "(micros: tfprof's name for total).")
+@kind_option("Kind of slice: op, module, region, step, kernel, ... (any kind in the run); repeat it "
+             "for a table per kind.", default=(str(Kind.OP),))
 @click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME.value,
               show_default=True, help="One row per name, per name and input shapes, (device work) per launching op, or per "
                    "op type (tfprof's op view).")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
-              help="Rows to show (0: all).")
-@click.option("--rank", type=int, default=None, help="Only this rank.")
+@limit_option("Rows to show")
+@rank_option
 @click.option("--per-rank", is_flag=True,
               help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
 @click.option("--within", default=None, metavar="NAME",
               help="Only slices inside a slice of this name: a region (eval, train), a step.")
 @click.option("--leaves", is_flag=True, help="Layers (--kind module) with no layer inside them.")
-@click.option("--format", "fmt", type=_choice(TableFormat), default=TableFormat.TABLE.value,
-              show_default=True, help="Table for a person, CSV or JSON for a script.")
+@format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
-def command(run: str | None, by: str, kind: str, group_by: str, limit: int, rank: int | None,
+def command(run: str | None, by: str, kinds: tuple[str, ...], group_by: str, limit: int, rank: int | None,
             per_rank: bool, within: str | None, leaves: bool, fmt: str) -> int:
     loaded = open_run(run)
-    print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit,
-              rank=rank, fmt=TableFormat(fmt), per_rank=per_rank, within=within, leaves=leaves)
+    wanted = tuple(dict.fromkeys(kinds))
+    table_format = TableFormat(fmt)
+    if len(wanted) > 1 and table_format is not TableFormat.TABLE:
+        _write_kinds(loaded, wanted, SortKey(by), GroupKey(group_by), limit, rank, table_format,
+                     per_rank, within, leaves)
+        return 0
+    for kind in wanted:
+        print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit, rank=rank,
+                  fmt=table_format, per_rank=per_rank, within=within, leaves=leaves)
     return 0
+
+
+def _write_kinds(loaded: Run, kinds: tuple[str, ...], by: SortKey, group_by: GroupKey, limit: int,
+                 rank: int | None, fmt: TableFormat, per_rank: bool, within: str | None, leaves: bool) -> None:
+    """Several kinds' tables as one CSV or JSON table, a ``kind`` column first: one document a
+    script can read, where tables one after another would not be."""
+    if group_by is GroupKey.TYPE:
+        raise UsageError("--group-by type is tfprof's op view, of ops: give one --kind")
+    for kind in kinds:
+        _check_kind(loaded, kind)
+    check_rank(loaded, rank)
+    columns: list[str] = ["kind"]
+    tables: list[tuple[str, Rows]] = []
+    for kind in kinds:
+        try:
+            table = top_rows(loaded, kind=kind, by=by, group_by=group_by, limit=limit or None, rank=rank,
+                             per_rank=per_rank, within=within, leaves=leaves)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        columns += [c for c in table.columns if c not in columns]
+        tables.append((kind, table))
+    rows = [tuple(kind if c == "kind" else dict(zip(table.columns, row, strict=True)).get(c) for c in columns)
+            for kind, table in tables for row in table.rows]
+    write_table(Rows(tuple(columns), rows), "", fmt)
+
+
+def _check_kind(loaded: Run, kind: str) -> None:
+    """Fail with one line saying what the run holds when it holds no slices of ``kind``."""
+    present = kinds_present(loaded)
+    if not present:
+        raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
+    if kind not in present:
+        raise UsageError(
+            f"{loaded.path}: no slices of kind {kind!r}; this run has: {', '.join(present)}"
+        )
 
 
 def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
@@ -76,13 +131,7 @@ def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: in
     """
     if per_rank and group_by is GroupKey.TYPE:
         raise UsageError("--per-rank: not with --group-by type (tfprof's op view)")
-    present = kinds_present(loaded)
-    if not present:
-        raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
-    if kind not in present:
-        raise UsageError(
-            f"{loaded.path}: no slices of kind {kind!r}; this run has: {', '.join(present)}"
-        )
+    _check_kind(loaded, kind)
     check_rank(loaded, rank)
     if group_by is GroupKey.TYPE:
         if within is not None or leaves:

@@ -6,8 +6,17 @@ import click
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.trees import tree
-from dlprof.cli.common import FiniteFloatRange, UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    FiniteFloatRange,
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import Kind, TableFormat, TreeView
 from dlprof.store.reader import Run
 from dlprof.viewers.tfprof_text import write_tree
@@ -15,7 +24,7 @@ from dlprof.viewers.tfprof_text import write_tree
 HELP = """Show where op time goes down a tree: name scopes or layers (--view scope), or the
 Python code that ran the ops (--view code), with each node's total and self time.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 A node's time is the execution time of the ops under it (an op's CPU time less the ops nested
 in it, plus the device time of what it launched), as tfprof counts it; self time is that of the
@@ -28,7 +37,7 @@ Examples:
   dlprof tree                               # scopes or layers of the newest run
   dlprof tree RUN --view code --depth 12    # the Python call paths of the ops
   dlprof tree --min-percent 5               # only nodes with 5% of the time or more
-  dlprof tree RUN --rank 1 --format json    # one rank, for scripts (node/parent numbers)
+  dlprof tree RUN --rank 1 -f json          # one rank, for scripts (node/parent numbers)
   dlprof tree --within eval                 # only the ops inside the region (or step) named eval
 """
 
@@ -42,13 +51,12 @@ Examples:
               help="Levels to show below the root (default: all).")
 @click.option("--min-percent", "min_percent", type=FiniteFloatRange(0, 100), default=1.0,
               show_default=True, help="Hide nodes with less of the total time (and what is below them).")
-@click.option("--rank", type=int, default=None, help="Only this rank.")
+@rank_option
 @click.option("--within", default=None, metavar="NAME",
               help="Only ops inside a slice of this name: a region (eval, train), a step.")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="A drawn tree for a person, CSV or JSON rows for a script.")
+@format_option(help_text="A drawn tree for a person, CSV or JSON rows for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, view: str, depth: int | None, min_percent: float, rank: int | None,
             within: str | None, fmt: str) -> int:

@@ -9,8 +9,8 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tuning import Basis, tuning_candidates
-from dlprof.cli.common import UsageError, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
+from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
 from dlprof.viewers.screen import printable, table_width, wrapped
 from dlprof.viewers.terminal import short_name, write_table
@@ -23,14 +23,14 @@ time x the signals of the launch configuration: estimated occupancy below 50%, m
 registers per thread, fewer blocks than the GPU has SMs, kernels shorter than their launch.
 Times are exclusive milliseconds summed over each kernel name's calls.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 \b
 Examples:
   dlprof tune                      # newest run, the 15 best candidates
-  dlprof tune RUN --limit 5
+  dlprof tune RUN -n 5
   dlprof tune RUN --wide           # every column and whole names
-  dlprof tune RUN --format json    # reasons as lists, for scripts
+  dlprof tune RUN -f json          # reasons as lists, for scripts
 """
 
 _BASIS_WORDS = {
@@ -41,12 +41,10 @@ _BASIS_WORDS = {
 
 @click.command("tune", help=HELP)
 @run_argument
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=15, show_default=True,
-              help="Candidates to show (0: all).")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat]),
-              default=TableFormat.TABLE.value, show_default=True,
-              help="Table for a person, CSV or JSON for a script.")
+@limit_option("Candidates to show")
+@format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)

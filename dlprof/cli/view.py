@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from dlprof.cli.common import FiniteFloatRange, UsageError, open_run, progress_bar, run_argument
+from dlprof.cli.common import (
+    FiniteFloatRange,
+    UsageError,
+    open_run,
+    progress_bar,
+    run_argument,
+    runs_dir_option,
+)
 from dlprof.exporters.base import ExportError
 from dlprof.exporters.perfetto import PerfettoExporter
 from dlprof.store.manifest import MANIFEST_NAME
@@ -24,7 +31,7 @@ Writes RUN/{TRACE_NAME} if it is missing or older than the run, serves that one 
 on it. The trace never leaves this machine: the UI, running in your browser, reads it from
 the local server. dlprof exits once the UI has fetched the file, or on Ctrl-C.
 
-RUN is a run directory; by default the newest under ./dlprof-runs.
+RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 \b
 Examples:
@@ -41,6 +48,7 @@ Examples:
                    "needs a self-hosted UI.")
 @click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Give up after this many seconds without a fetch (default: wait for Ctrl-C).")
+@runs_dir_option
 def command(run: str | None, no_browser: bool, port: int, timeout: float | None) -> int:
     loaded = open_run(run)
     trace = ensure_trace(loaded)

@@ -66,7 +66,7 @@ def test_rows_line_up_under_the_header() -> None:
 def test_prints_one_tau_block_for_the_real_cnn_run(
     cnn_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_cli(["pprof", str(cnn_run), "--wide"], capsys)
+    code, out, err = run_cli(["pprof", str(cnn_run), "-n", "0", "--wide"], capsys)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"Reading run {cnn_run}")
