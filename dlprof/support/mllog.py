@@ -75,11 +75,18 @@ def parse_line(line: str) -> MllogEvent | None:
     return MllogEvent(
         key=key,
         value=float(value) if _is_number(value) else None,
-        time_ns=round(float(time_ms) * 1_000_000),
+        time_ns=_ms_to_ns(time_ms),
         interval=record.get("event_type") in ("INTERVAL_START", "INTERVAL_END"),
         epoch=float(epoch) if _is_number(epoch) else None,
         samples=int(samples) if _is_number(samples) else None,
     )
+
+
+def _ms_to_ns(time_ms: float) -> int:
+    """Epoch milliseconds as nanoseconds, exact for whole milliseconds (a float product is not:
+    1.6e12 ms times 1e6 lies past a double's 53 bits)."""
+    whole = int(time_ms)
+    return whole * 1_000_000 + round((time_ms - whole) * 1_000_000)
 
 
 def _is_number(value: object) -> TypeGuard[float]:
