@@ -7,6 +7,8 @@
             with dlprof.region("train_step"):
                 train(batch)
             prof.step()
+            dlprof.log(loss=loss.item())                   # a metric's curve: the series table
+        dlprof.log(split="eval", eval_accuracy=accuracy)   # dlprof tta --target "eval_accuracy>=0.75"
 
     run = dlprof.load("runs/mine")                # engine="spark" for Apache Spark
     run.sql("SELECT name, sum(dur_ns) FROM slices GROUP BY name")   # on DuckDB, a DataFrame back
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from dlprof.session import Session
     from dlprof.store.reader import Run, RunError, load
 
-__all__ = ["Run", "RunError", "Session", "load", "profile", "region", "step"]
+__all__ = ["Run", "RunError", "Session", "load", "log", "profile", "region", "step"]
 __version__ = "0.1.0"
 
 # Loaded on first use, so that importing one layer (dlprof.store.reader, say) does not load the
@@ -144,3 +146,35 @@ def step() -> None:
     session = active_session()
     if session is not None:
         session.step()
+
+
+def log(step: int | None = None, split: str = "train", *, epoch: float | None = None,
+        samples: int | None = None, **metrics: float) -> None:
+    """Record metric values (loss, accuracy...) of the active session, with the step and time.
+
+    They go to the run's ``series`` table; ``dlprof tta`` finds when one first reached a
+    target, and the Perfetto export draws each as a counter track. No-op when no session is
+    active, so a program keeps its calls when it runs unprofiled.
+
+    Args:
+        step: the steps ended when the values were taken; by default the session's count.
+        split: ``"train"``, ``"eval"``, or a word of your own.
+        epoch: the epoch they belong to (for epochs to a target).
+        samples: training samples seen so far (for samples to a target).
+        **metrics: the values by name, each a number (a 0-d tensor or numpy scalar too).
+
+    Raises:
+        TypeError: a value is not a number.
+    """
+    from dlprof.keys import SeriesSource
+    from dlprof.session import active_session
+
+    values = []
+    for name, value in metrics.items():
+        try:
+            values.append((name, float(value)))
+        except (TypeError, ValueError):
+            raise TypeError(f"dlprof.log: {name}={value!r} is not a number") from None
+    session = active_session()
+    if session is not None and values:
+        session.log(SeriesSource.LOG, split, values, step, epoch=epoch, samples=samples)

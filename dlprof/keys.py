@@ -141,6 +141,15 @@ class StoreTable(StrEnum):
     COUNTERS = "counters"
     METRICS = "metrics"
     MEMORY = "memory"
+    SERIES = "series"  # metric values over training (dlprof.log, Keras logs, MLPerf log lines)
+
+
+class SeriesSource(StrEnum):
+    """Where a row of the ``series`` table came from."""
+
+    LOG = "log"  # the program called dlprof.log()
+    KERAS = "keras"  # a Keras fit's callback logs, under ``dlprof run``
+    MLPERF = "mlperf"  # an MLPerf ``:::MLLOG`` line the program printed, under ``dlprof run``
 
 
 class EngineKind(StrEnum):

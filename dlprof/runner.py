@@ -21,8 +21,10 @@ from pathlib import Path
 from types import TracebackType
 
 from dlprof.config import ProfileConfig
+from dlprof.keys import SeriesSource
 from dlprof.session import Interrupted, Session
 from dlprof.store.manifest import Manifest
+from dlprof.support.mllog import MllogEvent, tee_mllog
 
 
 class TargetError(Exception):
@@ -98,15 +100,17 @@ def run_target(
     program_globals: dict[str, object] = {}
     session.start()
     try:
-        if target.is_module:
-            sys.argv = [target.name, *target.args]
-            _set_path0(os.getcwd())
-            program_globals = runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-        else:
-            script = os.path.abspath(target.name)
-            sys.argv = [target.name, *target.args]
-            _set_path0(os.path.dirname(os.path.realpath(script)))
-            program_globals = runpy.run_path(target.name, run_name="__main__")
+        # MLPerf's ``:::MLLOG`` lines the program prints become series rows (support/mllog.py).
+        with tee_mllog(lambda event: _record_mllog(session, event)):
+            if target.is_module:
+                sys.argv = [target.name, *target.args]
+                _set_path0(os.getcwd())
+                program_globals = runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            else:
+                script = os.path.abspath(target.name)
+                sys.argv = [target.name, *target.args]
+                _set_path0(os.path.dirname(os.path.realpath(script)))
+                program_globals = runpy.run_path(target.name, run_name="__main__")
     except SystemExit as exit_request:
         exit_code = _exit_code(exit_request)
         error = exit_request if exit_code else None
@@ -136,6 +140,15 @@ def run_target(
             sys.stderr.flush()
             os._exit(exit_code)
     return Outcome(exit_code, manifest, session.run_dir, signum)
+
+
+def _record_mllog(session: Session, event: MllogEvent) -> None:
+    """An MLPerf line as a series row at the line's own time: numbers and interval marks
+    (run_start, eval_stop...); settings given as text (the benchmark's name) are left out."""
+    if event.value is not None or event.interval:
+        split = "eval" if event.key.startswith("eval") else "train"
+        session.log(SeriesSource.MLPERF, split, [(event.key, event.value)], epoch=event.epoch,
+                    samples=event.samples, ts_ns=event.time_ns)
 
 
 def _set_path0(directory: str) -> None:

@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -29,12 +29,13 @@ from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.forks import ForkFollower
 from dlprof.importers.finisher import OpenSlice, Result
-from dlprof.keys import Kind, RunStatus
+from dlprof.keys import Kind, RunStatus, SeriesSource
 from dlprof.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
+from dlprof.store.series_buffer import SeriesBuffer
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
@@ -106,6 +107,7 @@ class Session:
         # Regions under way in any thread, by id(region): a save hands them over as open.
         self.open_regions: dict[int, Any] = {}
         self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
+        self.series = SeriesBuffer(os.getpid(), self._clock.offset_ns)  # dlprof.log() and log pickup
         self._step_kind = self.slices.kind_code(Kind.STEP)
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
@@ -180,6 +182,7 @@ class Session:
             record_counts=self.record_counts,
             convert=self._saver.convert,
             save_if_full=self.forks.save_if_full,
+            log=self.log,
         )
         self._collectors.start(self._context)
         self._install_signal_handler()
@@ -241,6 +244,15 @@ class Session:
                 self.save_waiting = False
                 self._save()
         self._begin_step()
+
+    def log(self, source: SeriesSource, split: str, values: Sequence[tuple[str, float | None]],
+            step: int | None = None, **where: Any) -> None:
+        """Record metric values (``dlprof.log``, a Keras fit's logs, MLPerf lines) in the
+        ``series`` table; ``step`` defaults to the steps ended so far, ``where`` holds
+        :meth:`SeriesBuffer.append`'s epoch, samples and ts_ns. A forked child logs nothing:
+        its steps and its values are the parent's."""
+        if not self.forks.in_child:
+            self.series.append(source, split, self.step_number if step is None else step, values, **where)
 
     def restart_step(self) -> None:
         """The current step starts now: the time since the last step ended belongs to no step
@@ -358,6 +370,7 @@ class Session:
         self._collectors.save()
         metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
         slices = self.slices.drain()
+        self.sink.append_series(self.series.drain(), "session")
         self._save_clock.learn(slices.num_rows + self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT)
         self._saver.save(slices, self._open_slices(within_step), metrics)
         self._save_clock.restart()

@@ -17,6 +17,15 @@ from dlprof.cli.common import (
     run_argument,
     runs_dir_option,
 )
+from dlprof.cli.energy_columns import (
+    StepEnergy,
+    energy_lines,
+    energy_table,
+    price_option,
+    step_energy_of,
+    with_part_energy,
+    with_step_energy,
+)
 from dlprof.cli.table_options import DEFAULT_LIMIT, format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
@@ -36,6 +45,10 @@ loop, such as an evaluation). The breakdown classifies the slices of the step's 
 autograd's ops), optimizer (Optimizer.step and zero_grad), communication (collectives); other is
 the rest, so the parts add up to the step.
 
+Energy, where the run recorded power (the nvml collector's GPU power, RAPL's CPU package
+energy): joules per step and device, integrated over each step's window, and per part (the
+step's mean power times the part's time). --price-per-hour adds each step's cost and the run's.
+
 \b
 Examples:
   dlprof steps                       # the newest run: statistics, breakdown, slowest steps
@@ -43,6 +56,7 @@ Examples:
   dlprof steps RUN -n 0              # every step, not only the 15 slowest
   dlprof steps RUN -f csv            # one row per step (status and parts), for scripts
   dlprof steps RUN -f json           # statistics, breakdown and steps as one JSON object
+  dlprof steps RUN --price-per-hour 2.5   # the cost of a step and of the run
 """
 
 _STATISTICS = [("mean_ns", "Mean"), ("median_ns", "Median"), ("p90_ns", "p90"), ("p99_ns", "p99"),
@@ -62,44 +76,61 @@ REASONS = {
 @format_option(help_text="Tables for a person, or CSV (one row per step) or JSON for a script.")
 @wide_option
 @runs_dir_option
+@price_option
 @engine_option
-def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
+def command(run: str | None, rank: int | None, limit: int, fmt: str, price_per_hour: float | None) -> int:
     loaded = open_run(run)
-    print_steps(loaded, rank, limit, TableFormat(fmt))
+    print_steps(loaded, rank, limit, TableFormat(fmt), price_per_hour)
     return 0
 
 
 def print_steps(loaded: Run, rank: int | None = None, limit: int = DEFAULT_LIMIT,
-                fmt: TableFormat = TableFormat.TABLE) -> None:
+                fmt: TableFormat = TableFormat.TABLE, price_per_hour: float | None = None) -> None:
     """Print a run's step report, or fail with one line saying why there is none."""
     check_rank(loaded, rank)
     report = step_report(loaded, rank)
     if report.steps.empty:
         raise UsageError(f"{loaded.path}: the run has no steps (ProfilerStep#N slices); end each step with "
                          "prof.step(), or profile under `dlprof run`")
+    energy = step_energy_of(loaded, rank, price_per_hour)
+    listed = with_step_energy(_listed(report, limit)[STEP_COLUMNS], energy)
     if fmt is TableFormat.CSV:
-        write_table(_listed(report, limit)[STEP_COLUMNS], "", fmt)
+        write_table(listed, "", fmt)
         return
     if fmt is TableFormat.JSON:
         print(json.dumps({
-            "statistics": _records(report.statistics), "breakdown": _records(report.breakdown),
-            "steps": _records(_listed(report, limit)[STEP_COLUMNS]),
+            "statistics": _records(report.statistics),
+            "breakdown": _records(with_part_energy(report.breakdown, report, energy)),
+            "steps": _records(listed), "energy": _records(energy.summary) if energy.recorded else None,
+            "run_cost": energy.run_cost,
         }, indent=1))
         return
     name = f"{loaded.path.name} ({loaded.status})"
     write_table(_statistics_view(report), f"{name}: step times over the counted steps", fmt)
     if (report.statistics["steps"] > 0).any():
-        write_table(_breakdown_view(report), f"{name}: time per counted step by part", fmt)
+        write_table(_breakdown_view(report, energy), f"{name}: time per counted step by part", fmt)
+    if energy.recorded:
+        write_table(energy_table(energy), f"{name}: energy per counted step, per device", fmt)
     left_out = excluded_steps(report)
     if not left_out.empty:
         shown = readable_columns(left_out, ["rank", "step"], [[("dur_ns", "Time")]])
         reasons = [REASONS[StepStatus(status)] for status in left_out["status"]]
         write_table(shown.assign(Reason=reasons), f"{name}: steps left out of the statistics", fmt,
                     keep=["Step", "Reason"])
-    listed = _listed(report, limit)
     title = "every step, in order" if not limit else f"the {len(listed)} slowest counted steps"
     shown = readable_columns(listed, ["rank", "step", "status"], [[("dur_ns", "Time"), *_PARTS]])
-    write_table(shown, f"{name}: {title}", fmt)
+    write_table(_energy_cells(shown, listed), f"{name}: {title}", fmt, keep=["Time", "Energy (J)", "Cost"])
+    for line in energy_lines(energy):
+        print(line)
+
+
+def _energy_cells(shown: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
+    """The step table's energy and cost columns, where there are any."""
+    cells = {"joules": ("Energy (J)", "{:.3f}"), "cost": ("Cost", "{:.6f}")}
+    for column, (header, spec) in cells.items():
+        if column in listed.columns:
+            shown[header] = ["-" if pd.isna(v) else spec.format(v) for v in listed[column]]
+    return shown
 
 
 def _listed(report: StepReport, limit: int) -> pd.DataFrame:
@@ -115,14 +146,17 @@ def _statistics_view(report: StepReport) -> pd.DataFrame:
         columns={"Warmup": "Warm-up"})
 
 
-def _breakdown_view(report: StepReport) -> pd.DataFrame:
-    table = report.breakdown
+def _breakdown_view(report: StepReport, energy: StepEnergy) -> pd.DataFrame:
+    table = with_part_energy(report.breakdown, report, energy)
     shown = readable_columns(table, ["rank"], [[("mean_ns", "Mean")], [("step_pct", "% of step")]])
+    if "mean_joules" in table.columns:
+        shown["Energy (J)"] = ["-" if pd.isna(v) else f"{v:.3f}" for v in table["mean_joules"]]
     parts = [part.replace("_", " ") for part in table["part"]]
     return shown.assign(Part=parts)[["Rank", "Part", *[c for c in shown.columns if c != "Rank"]]]
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, object]]:
     """A frame as JSON records (missing values as null)."""
-    records: list[dict[str, object]] = json.loads(frame.to_json(orient="records"))
+    # 15 digits, not pandas' 10 decimals: a step's cost can be a few millionths.
+    records: list[dict[str, object]] = json.loads(frame.to_json(orient="records", double_precision=15))
     return records

@@ -37,6 +37,10 @@ def _no_session_steps() -> None:
     """No session whose steps could start again."""
 
 
+def _no_series(*args: Any, **kwargs: Any) -> None:
+    pass
+
+
 def _no_conversions(cycle: Cycle) -> None:
     raise RuntimeError("no session to convert a profiler cycle")
 
@@ -82,6 +86,8 @@ class CollectorContext:
     # Hands the session a profiler cycle saved to a file: it is converted with the next save
     # (dlprof.importers.finisher), and the result goes to the collector's converted().
     convert: Callable[[Cycle], None] = _no_conversions
+    # Records metric values in the series table, as Session.log (a Keras fit's logs).
+    log: Callable[..., None] = _no_series
 
 
 class Collector(ABC):

@@ -6,17 +6,29 @@ more callback: its ``on_train_batch_begin`` starts the session's step again and 
 step is one training batch: the validation a fit runs after an epoch's last batch, the epoch's
 callbacks and the next epoch's iterator fall between two steps, in none. While a fit runs it owns the steps
 (:attr:`CollectorContext.step_owner`), so a torch optimizer stepped inside it ends none.
+
+The same callback records the fit's logs in the ``series`` table (for ``dlprof tta``): the
+training metrics Keras gives at each epoch's end (``loss``, ``accuracy``: split ``train``), and
+the validation's at its end (``on_test_end``, split ``eval``, named as the epoch's logs name them:
+``val_loss``, ``val_accuracy``), between marks ``eval_start`` and ``eval_stop`` that time it.
+Each value carries the epochs begun so far, so a target reached in the first epoch's validation
+is reached in 1 epoch.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
+from dlprof.keys import SeriesSource
+
+# The marks around a validation, MLPerf's names for them (dlprof.analysis.tta reads them).
+EVAL_START = "eval_start"
+EVAL_STOP = "eval_stop"
 
 
 class KerasFitSteps(Collector):
@@ -56,7 +68,7 @@ class KerasFitSteps(Collector):
         @functools.wraps(original)
         def fit_with_steps(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
-            steps = callback(owned(context.restart_step), owned(context.step))
+            steps = callback(context, owned(context.restart_step), owned(context.step))
             bound.arguments["callbacks"] = [*(bound.arguments.get("callbacks") or []), steps]
             owner = context.step_owner
             if owner is None:
@@ -77,14 +89,16 @@ class KerasFitSteps(Collector):
             self._installed = None
 
 
-def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None], Callable[[], None]], Any]:
+def _callback_class(keras: ModuleType) -> Callable[[CollectorContext, Callable[[], None], Callable[[], None]], Any]:
     class DlprofSteps(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
-        """Times dlprof's step around each training batch."""
+        """Times dlprof's step around each training batch and records the fit's logs."""
 
-        def __init__(self, begin_step: Callable[[], None], end_step: Callable[[], None]) -> None:
+        def __init__(self, context: CollectorContext, begin_step: Callable[[], None],
+                     end_step: Callable[[], None]) -> None:
             super().__init__()
-            self._begin_step = begin_step
-            self._end_step = end_step
+            self._context = context
+            self._begin_step, self._end_step = begin_step, end_step
+            self._epoch = 0  # epochs begun
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._begin_step()
@@ -92,7 +106,36 @@ def _callback_class(keras: ModuleType) -> Callable[[Callable[[], None], Callable
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._end_step()
 
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._epoch = epoch + 1
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            # Validation values were recorded at on_test_end, when they were known.
+            values = [(k, v) for k, v in _numbers(logs) if not k.startswith("val_")]
+            self._log("train", values)
+
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self._log("eval", [(EVAL_START, None)])
+
+        def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+            self._log("eval", [*((f"val_{k}", v) for k, v in _numbers(logs)), (EVAL_STOP, None)])
+
+        def _log(self, split: str, values: Sequence[tuple[str, float | None]]) -> None:
+            if values:
+                self._context.log(SeriesSource.KERAS, split, values, epoch=float(self._epoch) or None)
+
     return DlprofSteps
+
+
+def _numbers(logs: dict[str, Any] | None) -> list[tuple[str, float]]:
+    """The logs' values that are numbers (Keras gives floats, or 0-d tensors)."""
+    found = []
+    for name, value in (logs or {}).items():
+        try:
+            found.append((str(name), float(value)))
+        except (TypeError, ValueError):
+            continue
+    return found
 
 
 COLLECTOR = KerasFitSteps

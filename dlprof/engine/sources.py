@@ -49,6 +49,11 @@ STORE_COLUMNS: dict[StoreTable, tuple[tuple[str, str], ...]] = {
         ("bytes", "BIGINT"), ("total_allocated", "BIGINT"), ("total_reserved", "BIGINT"),
         ("addr", "BIGINT"), ("slice_id", "BIGINT"), ("category", "STRING"),
     ),
+    StoreTable.SERIES: (
+        ("pid", "BIGINT"), ("ts_ns", "BIGINT"), ("step", "BIGINT"), ("epoch", "DOUBLE"),
+        ("samples", "BIGINT"), ("split", "STRING"), ("metric", "STRING"), ("value", "DOUBLE"),
+        ("source", "STRING"),
+    ),
 }
 
 # Columns holding epoch times, shifted by a rank's clock offset.

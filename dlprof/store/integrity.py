@@ -36,6 +36,7 @@ REQUIRED_COLUMNS: dict[StoreTable, tuple[str, ...]] = {
     StoreTable.COUNTERS: ("pid", "track", "ts_ns", "value"),
     StoreTable.METRICS: ("slice_id", "metric", "value"),
     StoreTable.MEMORY: ("pid", "ts_ns", "bytes"),
+    StoreTable.SERIES: ("ts_ns", "metric", "value"),
 }
 
 

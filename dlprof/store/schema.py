@@ -96,11 +96,29 @@ MEMORY = pa.schema(
     ]
 )
 
+# A metric's value over training (loss, accuracy), or a mark in its time line (eval_start): from
+# dlprof.log(), a Keras fit's logs, MLPerf's ``:::MLLOG`` lines. Runs written before the table
+# existed have no ``series`` directory and read it as empty (no schema version change).
+SERIES = pa.schema(
+    [
+        ("pid", pa.int64()),
+        ("ts_ns", pa.int64()),
+        ("step", pa.int64()),  # the steps ended when the value was logged
+        ("epoch", pa.float64()),  # the epoch it belongs to, where the source says
+        ("samples", pa.int64()),  # training samples seen, where the source says
+        ("split", _dict_str),  # "train", "eval", or the source's own word
+        ("metric", _dict_str),
+        ("value", pa.float64()),  # null for a mark (an interval's start or end)
+        ("source", _dict_str),  # dlprof.keys.SeriesSource
+    ]
+)
+
 SCHEMAS: dict[StoreTable, pa.Schema] = {
     StoreTable.SLICES: SLICES,
     StoreTable.COUNTERS: COUNTERS,
     StoreTable.METRICS: METRICS,
     StoreTable.MEMORY: MEMORY,
+    StoreTable.SERIES: SERIES,
 }
 
 # Columns that change little from one row to the next once rows are sorted by time: delta

@@ -37,3 +37,7 @@ class Sink:
     def append_memory(self, batch: pa.Table, source: str) -> None:
         """Allocations (positive bytes) and frees (negative bytes)."""
         self._writer.write_chunk(StoreTable.MEMORY, batch, source)
+
+    def append_series(self, batch: pa.Table, source: str) -> None:
+        """Metric values over training: ``ts_ns``, ``step``, ``split``, ``metric``, ``value``."""
+        self._writer.write_chunk(StoreTable.SERIES, batch, source)
