@@ -14,8 +14,16 @@ import pandas as pd
 from dlprof.advice.base import Finding
 from dlprof.advice.ranking import Advice, advise
 from dlprof.advice.registry import rule_names, rules
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.viewers.screen import wrapped
 from dlprof.viewers.terminal import readable_columns, time_text, write_table
@@ -45,16 +53,14 @@ FORMATS = (TableFormat.TABLE, TableFormat.JSON)
 
 @click.command("advise", help=HELP)
 @run_argument
-@click.option("--rank", type=int, default=None, help="Only this rank (rules comparing ranks are skipped).")
+@rank_option
 @click.option("--rule", "names", multiple=True, metavar="NAME",
               help=f"Only this rule, on by default or not (repeatable): {', '.join(rule_names())}.")
 @click.option("--all", "everything", is_flag=True, help="Every rule, those off by default too.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Findings to show, most at stake first (0: all).")
-@click.option("--format", "-f", "fmt", type=click.Choice([str(f) for f in FORMATS], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Findings for a person, or JSON for a script.")
+@limit_option("Findings to show, most at stake first", note="Rules comparing ranks are skipped under --rank.")
+@format_option(FORMATS, help_text="Findings for a person, or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, rank: int | None, names: tuple[str, ...], everything: bool, limit: int,
             fmt: str) -> int:

@@ -78,8 +78,9 @@ def energy_table(energy: StepEnergy) -> pd.DataFrame:
 
 
 def energy_lines(energy: StepEnergy) -> list[str]:
-    """What the tables do not say: no power source, the cost of the run."""
-    lines = [] if energy.recorded else [f"energy: {NO_POWER}"]
+    """What the tables do not say: the cost of the run, and (when a cost was asked for) that no
+    power was recorded."""
+    lines = [] if energy.recorded or energy.price_per_hour is None else [f"energy: {NO_POWER}"]
     if energy.run_cost is not None:
         lines.append(f"cost of the run: {energy.run_cost:.4f} ({energy.run_seconds:.1f} s at "
                      f"{energy.price_per_hour:g} an hour)")

@@ -10,8 +10,16 @@ import pandas as pd
 
 from dlprof.analysis.estimate import Estimate, Method, estimate
 from dlprof.analysis.run_device import named_device
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import time_text, write_table
@@ -42,13 +50,11 @@ Examples:
               help="Model for kernels that are neither GEMMs nor copies: wave scaling or roof ratio.")
 @click.option("--source-device", default=None, metavar="NAME",
               help="The device the run ran on, when its recorded GPU is not in the table.")
-@click.option("--rank", type=int, default=None, help="Only this rank.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Ops to show (0: all).")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Table for a person, CSV (the op table) or JSON (everything) for a script.")
+@rank_option
+@limit_option("Ops to show")
+@format_option(help_text="Table for a person, CSV (the op table) or JSON (everything) for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, device: str, method: str, source_device: str | None, rank: int | None,
             limit: int, fmt: str) -> int:

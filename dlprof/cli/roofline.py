@@ -8,8 +8,16 @@ import click
 import pandas as pd
 
 from dlprof.analysis.roofline import Roofline, RooflineKey, roofline
-from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, run_argument
-from dlprof.cli.table_options import wide_option
+from dlprof.cli.common import (
+    UsageError,
+    check_rank,
+    engine_option,
+    open_run,
+    rank_option,
+    run_argument,
+    runs_dir_option,
+)
+from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.hardware.devices import Origin, Vendor
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
@@ -48,13 +56,11 @@ _SHOWN = [("name", "name"), ("shapes", "Input shapes"), ("calls", "Calls"), ("ti
               help="One row per op and input shapes, per kernel, or per layer.")
 @click.option("--device", "device", default=None, metavar="NAME",
               help="Measure against this device's roof (a100, h100, v100, l4, t4, mi250, mi300x...).")
-@click.option("--rank", type=int, default=None, help="Only this rank.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Rows to show (0: all).")
-@click.option("--format", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="Table for a person, CSV or JSON for a script.")
+@rank_option
+@limit_option("Rows to show")
+@format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option
+@runs_dir_option
 @engine_option
 def command(run: str | None, by: str, device: str | None, rank: int | None, limit: int, fmt: str) -> int:
     loaded = open_run(run)

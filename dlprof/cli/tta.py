@@ -14,7 +14,8 @@ from dlprof.analysis.tta import (
     olympic_mean,
     time_to_target,
 )
-from dlprof.cli.common import UsageError, engine_option, open_run
+from dlprof.cli.common import UsageError, engine_option, open_run, runs_dir_option
+from dlprof.cli.table_options import format_option
 from dlprof.keys import TableFormat
 from dlprof.viewers.terminal import write_table
 
@@ -51,9 +52,8 @@ Examples:
               help="The metric and the value it must reach (>=, >, <=, <).")
 @click.option("--drop", type=click.IntRange(min=0), default=MLPERF_DROPPED, show_default=True,
               help="Runs dropped at each end for the olympic mean (MLPerf: 1; UNet3D: 4).")
-@click.option("--format", "-f", "fmt", type=click.Choice([str(f) for f in TableFormat], case_sensitive=False),
-              default=str(TableFormat.TABLE), show_default=True,
-              help="A table for a person, or CSV (one row per run) or JSON for a script.")
+@format_option(help_text="A table for a person, or CSV (one row per run) or JSON for a script.")
+@runs_dir_option
 @engine_option
 def command(runs: tuple[str, ...], target_text: str, drop: int, fmt: str) -> int:
     try:

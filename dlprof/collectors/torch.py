@@ -10,9 +10,11 @@ on.
 The profiler is driven by dlprof's own schedule, not torch.profiler's: each step's action puts it
 in one of three states (idle, warming up, recording) through a table of transitions, and a save
 cuts the recording where it stands (at a step boundary, or inside a step when the session saves
-by time or memory) and starts the next one at once. Ranges open at a cut (an outer
-``record_function``) are ended there by Kineto, as it ends them at every cycle of
-torch.profiler's own schedule.
+by time or memory) and starts the next one at once. The program's ``record_function`` ranges
+open at a cut are ended in the recording that stops and entered again in the next
+(:mod:`dlprof.support.torch_ranges`: exited later, they would write into the stopped
+recording's freed buffers); no save is made inside a C++ range (an autograd node, a custom
+``autograd.Function``'s forward).
 
 torch.profiler records the ops of the thread that starts it (and the threads torch starts for
 it); with ``all_threads`` Kineto's ``profile_all_threads`` records every Python thread's ops, but
@@ -41,6 +43,7 @@ from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.thread_watch import ThreadWatch
+from dlprof.support.torch_ranges import RangeCuts
 
 
 class _State(Enum):
@@ -116,12 +119,14 @@ class TorchCollector(Collector):
         self._steps: dict[str, Callable[[], None]] = {
             "prepare": self._kineto.prepare_trace,
             "start": self._start_recording,
-            "stop": self._kineto.stop_trace,
+            "stop": self._stop_recording,
             "save": self._save_cycle,
         }
         if config.all_threads and config.profile_memory:
             self.notes.append(ALL_THREADS_NOTE)
         self._threads = ThreadWatch()
+        self._ranges = RangeCuts()
+        self._ranges.install()
         self._enter(_STATE_OF_ACTION[context.action])
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
@@ -131,8 +136,16 @@ class TorchCollector(Collector):
         if self._state is _State.RECORDING:
             self._run(_CUT)
 
+    def save_would_split(self) -> bool:
+        return self._state is _State.RECORDING and self._ranges.inside_cpp_range()
+
     def stop(self) -> None:
         self._enter(_State.IDLE)
+        self._ranges.uninstall()
+        if self._ranges.splits:
+            split = ", ".join(f"{name}: {n}" for name, n in self._ranges.splits.most_common(5))
+            self.notes.append(f"{sum(self._ranges.splits.values())} torch range(s) open at a save were split there, "
+                              f"one slice per recording they span ({split})")
         self._threads.close()
         if self._threads.names:
             names = ", ".join(sorted(set(self._threads.names))[:5])
@@ -188,7 +201,12 @@ class TorchCollector(Collector):
 
     def _start_recording(self) -> None:
         self._kineto.start_trace()
+        self._ranges.started()
         self._mark_clock()
+
+    def _stop_recording(self) -> None:
+        self._ranges.stopping()
+        self._kineto.stop_trace()
 
     def _mark_clock(self) -> None:
         """Time an empty torch range with dlprof's clock, to map Kineto's clock onto it."""

@@ -62,7 +62,7 @@ def test_rule_and_limit_choose_what_is_shown(habits_run: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(("argv", "said"), [
     (["--rule", "no-such-rule"], "no rule no-such-rule; the rules are:"),
     (["--rank", "3"], "no rank 3"),
-    (["--format", "csv"], "Invalid value for '--format'"),
+    (["--format", "csv"], "'csv' is not one of 'table', 'json'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(habits_run: Path, capsys: pytest.CaptureFixture[str],
                                           argv: list[str], said: str) -> None:

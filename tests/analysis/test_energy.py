@@ -1,6 +1,6 @@
 """Energy per step on real runs whose power samples are constructed: NVML's readings through the
-nvml collector's own translation, RAPL's energy counter; each step's joules checked against the
-integral of the power written. (No GPU or RAPL here: the hardware paths were not run.)"""
+nvml collector's own translation; each step's joules checked against the integral of the power
+written. (No GPU here: the hardware path was not run.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 import dlprof
@@ -20,7 +19,6 @@ from dlprof.keys import StoreTable
 from dlprof.store.writer import RankWriter
 
 INTERVAL_NS = 3_000_000  # a sample every 3 ms: windows cut sampling intervals
-RAPL_WATTS = 30.0
 
 
 def gpu_watts(t_s: float) -> tuple[float, float]:
@@ -44,7 +42,7 @@ def profile_steps(out: Path) -> Path:
 
 
 def add_power(run_dir: Path) -> int:
-    """Write NVML and RAPL samples covering the run into it, as their collectors would; returns
+    """Write NVML samples covering the run into it, as their collectors would; returns
     the time the samples count seconds from."""
     run = dlprof.load(run_dir)
     origin, end = run.manifest.start_ns, run.manifest.end_ns + 10 * INTERVAL_NS
@@ -53,15 +51,8 @@ def add_power(run_dir: Path) -> int:
     for ts in times:
         for index, watts in enumerate(gpu_watts((ts - origin) / 1e9)):
             samples.append((ts, index, Readings(50.0, 10.0, 1e9, watts, 1410.0, 60.0)))
-    rapl = pa.table({
-        "pid": pa.array([1] * len(times), pa.int64()), "device": ["cpu"] * len(times),
-        "track": [str(PowerSource.RAPL)] * len(times), "ts_ns": pa.array(times, pa.int64()),
-        # Joules counted since start, as perf's power/energy-pkg/ scaled by its .scale gives them.
-        "value": [RAPL_WATTS * (ts - origin) / 1e9 + 12345.0 for ts in times], "unit": ["J"] * len(times),
-    })
     writer = RankWriter(run_dir, 0)
     writer.write_chunk(StoreTable.COUNTERS, readings_table(samples, pid=1), "nvml")
-    writer.write_chunk(StoreTable.COUNTERS, rapl, "rapl")
     writer.compact()
     return origin
 
@@ -75,19 +66,18 @@ def powered_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 def test_each_steps_joules_are_the_integral_of_the_power_written(powered_run: tuple[Path, int]) -> None:
     run_dir, origin = powered_run
     run = dlprof.load(run_dir)
-    assert power_sources(run) == [("cpu", PowerSource.RAPL), ("cuda:0", PowerSource.NVML), ("cuda:1", PowerSource.NVML)]
+    assert power_sources(run) == [("cuda:0", PowerSource.NVML), ("cuda:1", PowerSource.NVML)]
     energy = step_energy(run)
     steps = step_report(run).steps
-    assert len(energy) == 3 * len(steps)
+    assert len(energy) == 2 * len(steps)
     for step in steps.itertuples():
         a, b = (step.start_ns - origin) / 1e9, (step.start_ns + step.dur_ns - origin) / 1e9
         rows = energy[energy["start_ns"] == step.start_ns].set_index("device")
         constant, ramp = gpu_joules(a, b)
         assert rows.loc["cuda:0", "joules"] == pytest.approx(constant, rel=1e-9)
         assert rows.loc["cuda:1", "joules"] == pytest.approx(ramp, rel=1e-9)  # the trapezoid is exact on a line
-        assert rows.loc["cpu", "joules"] == pytest.approx(RAPL_WATTS * (b - a), rel=1e-9)
         assert rows.loc["cuda:0", "watts"] == pytest.approx(200.0)
-        assert rows["covered_pct"].tolist() == pytest.approx([100.0] * 3)
+        assert rows["covered_pct"].tolist() == pytest.approx([100.0] * 2)
         assert set(rows["status"]) == {step.status}
 
 
@@ -113,7 +103,7 @@ def test_dlprof_steps_shows_energy_and_cost(powered_run: tuple[Path, int], capsy
     for step in report["steps"]:
         assert step["joules"] == pytest.approx(energy[energy["start_ns"] == step["start_ns"]]["joules"].sum())
         assert step["cost"] == pytest.approx(step["dur_ns"] / 1e9 / 3600 * 3.6)
-    assert {row["device"] for row in report["energy"]} == {"cpu", "cuda:0", "cuda:1"}
+    assert {row["device"] for row in report["energy"]} == {"cuda:0", "cuda:1"}
     manifest = dlprof.load(run_dir).manifest
     assert report["run_cost"] == pytest.approx((manifest.end_ns - manifest.start_ns) / 1e9 / 1000)
     monkeypatch.setenv("COLUMNS", "300")
@@ -122,9 +112,13 @@ def test_dlprof_steps_shows_energy_and_cost(powered_run: tuple[Path, int], capsy
     assert "energy per counted step, per device" in out and "Energy (J)" in out
 
 
-def test_a_run_without_power_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_without_power_says_so_when_a_cost_is_asked_for(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = profile_steps(tmp_path / "run")
     assert step_energy(dlprof.load(run_dir)).empty
     assert main(["steps", str(run_dir)]) == 0
-    assert "energy: no power source in this run" in capsys.readouterr().out
+    assert "energy:" not in capsys.readouterr().out
+    assert main(["steps", str(run_dir), "--price-per-hour", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "energy: not recorded" in out and "cost of the run:" in out
     assert main(["steps", str(run_dir), "--price-per-hour", "-1"]) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import dlprof
@@ -170,3 +171,80 @@ def test_ops_of_other_threads_are_noted_or_recorded(tmp_path: Path) -> None:
     assert (muls.tid == worker_tid).sum() == 5 and len(muls) == 6
     notes = run.manifest.collectors[0].notes
     assert any("their ops recorded" in n for n in notes) and any("no allocations" in n for n in notes)
+
+
+RANGES_ACROSS_SAVES = """
+import sys, time
+import torch
+import dlprof
+from torch.profiler import record_function
+
+x = torch.randn(32, 32)
+
+
+def work(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x @ x
+
+
+class Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, value):
+        work(0.15)  # Python inside a C++ range: no save may cut here
+        return value * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+with dlprof.profile(out=sys.argv[1], save_seconds=0.1) as prof:
+    epoch = record_function("epoch")  # open across step boundaries, entered while recording
+    epoch.__enter__()
+    for step in range(6):
+        with record_function("outer"):  # as DDP's forward or Optimizer.step: open when saves come
+            with record_function("inner"):
+                work(0.15)
+            Doubled.apply(torch.ones(4, requires_grad=True)).sum().backward()
+            work(0.1)
+        prof.step()
+        if step == 2:
+            epoch.__exit__(None, None, None)
+"""
+
+
+def test_torch_ranges_open_across_saves_are_split_not_corrupted(tmp_path: Path) -> None:
+    """A record_function entered in one recording and exited in the next wrote into the stopped
+    recording's freed buffers (a segfault, or std::bad_alloc); now it is split at the save."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ranges.py"
+    script.write_text(RANGES_ACROSS_SAVES)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = dlprof.load(out)
+    assert run.manifest.saving["saves_within_steps"] >= 1
+    notes = " ".join(note for info in run.manifest.collectors for note in info.notes)
+    assert "split there" in notes and "outer" in notes, notes
+    slices = run.slices
+    outer = slices[slices["name"] == "outer"]
+    assert len(outer) > 6, "pieces where saves cut the ranges"
+    # Every op of the program ran inside an "outer": each is in a piece of one (before, a range
+    # was ended at the first cut and the ops after it were in none).
+    parents = dict(zip(slices["id"], slices["parent_id"], strict=True))
+    names = dict(zip(slices["id"], slices["name"], strict=True))
+
+    def in_outer(slice_id: object) -> bool:
+        while slice_id is not None and not pd.isna(slice_id):
+            if names[slice_id] == "outer":
+                return True
+            slice_id = parents[slice_id]
+        return False
+
+    matmuls = slices[slices["name"] == "aten::mm"]
+    assert len(matmuls) > 100 and all(in_outer(i) for i in matmuls["id"])
+    assert (slices["name"] == "inner").sum() >= 6 and (slices["name"] == "epoch").sum() >= 1

@@ -1,0 +1,106 @@
+"""torch ranges (``record_function``) that stay open across a cut of the recording.
+
+A ``record_function`` entered while Kineto records keeps, in C++, a pointer into that recording's
+event buffers; exited after the recording was stopped and a new one started, it writes into the
+freed buffers of the old one (a segmentation fault, or ``std::bad_alloc`` later). torch.profiler's
+own schedule has the same hazard; DistributedDataParallel's forward, ``Optimizer.step`` and a
+DataLoader's ``__next__`` are such ranges, so a save inside a step can land in one.
+
+So the ranges the program enters on the profiling thread while recording are followed: at each
+stop of the recording they are ended in it (innermost first, as Kineto would end them), and at
+the next start they are entered again (outermost first), so that the program's own exit ends
+them in the recording they belong to. A range split this way is one slice per recording it
+spans; the splits are counted for the run's notes.
+
+What runs inside a C++ range and calls back into Python (a custom ``autograd.Function``'s
+forward, the autograd engine's nodes) cannot be split: :meth:`RangeCuts.inside_cpp_range` says
+so, and no save is made there.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+
+class RangeCuts:
+    """Follows the program's ``record_function`` ranges and splits them at the recording's cuts."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.autograd.profiler import record_function
+
+        self._torch = torch
+        self._class: Any = record_function
+        self._originals: tuple[Any, Any] | None = None
+        self._thread = threading.get_ident()  # the profiling thread: Kineto follows its ranges only
+        self._open: dict[int, Any] = {}  # ranges entered while recording and not exited, in entry order
+        self._suspended: set[int] = set()  # ended at a stop, to be entered again at the next start
+        self._recording = False
+        self.splits: Counter[str] = Counter()  # range name -> times split at a cut
+
+    def install(self) -> None:
+        enter, exit_ = self._class.__enter__, self._class.__exit__
+        cuts = self
+
+        def entered(instance: Any) -> Any:
+            result = enter(instance)
+            if cuts._recording and threading.get_ident() == cuts._thread:
+                cuts._open[id(instance)] = instance
+            return result
+
+        def exited(instance: Any, *exception: Any) -> Any:
+            key = id(instance)
+            if cuts._open.pop(key, None) is None or key not in cuts._suspended:
+                return exit_(instance, *exception)
+            # Ended at a stop and not entered again: there is nothing left to end in C++.
+            cuts._suspended.discard(key)
+            instance.run_callbacks_on_exit = False
+            try:
+                return exit_(instance, *exception)
+            finally:
+                instance.run_callbacks_on_exit = True
+
+        self._originals = (enter, exit_)
+        self._class.__enter__, self._class.__exit__ = entered, exited
+
+    def uninstall(self) -> None:
+        if self._originals is not None:
+            self._class.__enter__, self._class.__exit__ = self._originals
+            self._originals = None
+
+    def started(self) -> None:
+        """The recording has started: enter the ranges ended at the last stop again."""
+        self._recording = True
+        enter = self._torch.ops.profiler._record_function_enter_new
+        for key, instance in self._open.items():
+            if key in self._suspended:
+                instance.record = enter(instance.name, instance.args)
+                self._suspended.discard(key)
+
+    def stopping(self) -> None:
+        """The recording is about to stop: end the open ranges in it, innermost first."""
+        self._recording = False
+        end = self._torch.ops.profiler._record_function_exit._RecordFunction
+        for key, instance in reversed(list(self._open.items())):
+            if key in self._suspended or instance.record is None or not instance.run_callbacks_on_exit:
+                continue
+            end(instance.record)
+            self._suspended.add(key)
+            self.splits[instance.name] += 1
+
+    def inside_cpp_range(self) -> bool:
+        """Whether Python code called from inside a C++ range runs on this thread now: an
+        autograd node, or a custom ``autograd.Function``'s forward."""
+        if self._torch._C._current_autograd_node() is not None:
+            return True
+        function_base = self._torch._C._FunctionBase
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "forward" and isinstance(frame.f_locals.get("ctx"), function_base):
+                return True
+            frame = frame.f_back
+        return False
