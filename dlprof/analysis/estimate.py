@@ -145,8 +145,10 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
     if _COLLECTIVE.search(name) or _COLLECTIVE.search(str(item.op_name or "")) or item.kind == Kind.COMM:
         return None, Treatment.EXCLUDED, None
     if item.kind in (Kind.MEMCPY, Kind.MEMSET):
+        # A device without a host link (a CPU row) copies through its memory.
         host = "HtoD" in name or "DtoH" in name
-        ratio = ((origin.copy_bandwidth or 1) / (target.copy_bandwidth or 1) if host
+        source_link, target_link = (origin.copy_bandwidth, target.copy_bandwidth) if host else (None, None)
+        ratio = (source_link / target_link if source_link and target_link
                  else origin.memory_bandwidth / target.memory_bandwidth)
         return time * ratio, Treatment.COPY, Bound.MEMORY
     flops, moved, mode = float(item.flops), float(item.bytes), item.mode
