@@ -18,6 +18,15 @@ pytest_plugins = ["tests.tensorflow_runs"]
 KINETO_TRACES = Path(__file__).resolve().parent / "data" / "kineto-traces"
 
 
+@pytest.fixture(autouse=True)
+def no_stored_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test reads calibrations from an empty place of its own, never the user's config
+    directory: a row measured on this machine would change what the roofline tests expect."""
+    from dlprof.hardware.calibration import CALIBRATION_VARIABLE
+
+    monkeypatch.setenv(CALIBRATION_VARIABLE, str(tmp_path_factory.getbasetemp() / "no-calibration.json"))
+
+
 def dlprof_program() -> list[str]:
     """The installed ``dlprof`` script beside this Python, as a user runs it."""
     script = Path(sys.executable).with_name("dlprof")

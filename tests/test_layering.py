@@ -68,6 +68,8 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.regions": Layer.SESSION,
     "dlprof.runner": Layer.SESSION,
     "dlprof.forks": Layer.SESSION,
+    # Workloads dlprof runs itself (calibration kernels, sweep models): framework code on the core.
+    "dlprof.workloads": Layer.SESSION,
     "dlprof.launcher": Layer.SESSION,
     "dlprof.analysis": Layer.ANALYSIS,
     "dlprof.advice": Layer.ANALYSIS,  # rules that read analyses and say what to change

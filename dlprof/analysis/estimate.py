@@ -10,11 +10,14 @@ Each device slice is predicted on its own (:func:`predict_item`):
 - GEMM and convolution kernels (by name, or by the op that launched them) by their roofline:
   target = source x roof time on the target / roof time on the source x efficiency at the
   source / efficiency at the target, in each device's math mode for the work (an fp32 matmul run
-  as TF32 on an A100 runs as SGEMM on a V100). Efficiencies come from an :class:`Efficiencies`
-  (a measured table, later); without one, equal efficiency is assumed where the math mode is the
-  same on both, and where it is not (efficiency does not carry across math modes: TF32 kernels on
-  an A100 reach about a fifth of their peak where a V100's SGEMM reaches two thirds or more), the
-  kernel is wave-scaled instead.
+  as TF32 on an A100 runs as SGEMM on a V100). Efficiencies come from an :class:`Efficiencies`:
+  ``dlprof calibrate``'s measurements per op class, math mode and decade of FLOPs
+  (:mod:`dlprof.analysis.efficiency`). Where the target was calibrated and the source was not,
+  the source's efficiency is the one the kernel achieved, so the prediction is the target's roof
+  time over its measured efficiency. Without measurements, equal efficiency is assumed where the
+  math mode is the same on both, and where it is not (efficiency does not carry across math
+  modes: TF32 kernels on an A100 reach about a fifth of their peak where a V100's SGEMM reaches
+  two thirds or more), the kernel is wave-scaled instead.
 - Other kernels with a launch configuration by Habitat's wave scaling
   (:mod:`dlprof.analysis.wave_scaling`), or with ``Method.ROOFLINE`` by their roof ratio.
 - Copies by link bandwidth: host-device copies by PCIe, device-device copies and memsets by
@@ -36,21 +39,19 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from dlprof.analysis.efficiency import is_gemm, roof_seconds, work_class
 from dlprof.analysis.math_modes import MathMode
 from dlprof.analysis.roofline import Bound
 from dlprof.analysis.run_device import run_device
 from dlprof.analysis.traffic import parse_list
 from dlprof.analysis.wave_scaling import Launch, is_sub_wave, wave_scaled_ns
 from dlprof.analysis.work_items import work_items
+from dlprof.hardware.calibration import OpClass
 from dlprof.hardware.devices import Device
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 OP_COLUMNS = ["op", "shapes", "calls", "source_ns", "target_ns", "method", "bound"]
-_GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|cudnn|xmma|gmma|wgrad|dgrad|fprop|implicit", re.IGNORECASE)
-_GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-                       "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
-                       "aten::_convolution", "aten::cudnn_convolution", "aten::convolution_backward"})
 _COLLECTIVE = re.compile(r"^(nccl|rccl)|^c10d::|^gloo:", re.IGNORECASE)
 
 
@@ -73,16 +74,22 @@ class Treatment(StrEnum):
 
 
 class Efficiencies(Protocol):
-    """Measured GEMM efficiencies (achieved / peak) per device and math mode: the hook through
-    which a calibration replaces the equal-efficiency assumption."""
+    """Measured efficiencies (roof time / measured time) per device, op class, math mode and
+    size: the hook through which a calibration (:class:`~dlprof.analysis.efficiency.MeasuredEfficiencies`)
+    replaces the equal-efficiency assumption."""
 
-    def efficiency(self, device: Device, mode: MathMode) -> float | None: ...
+    def measured_for(self, device: Device) -> bool: ...
+
+    def efficiency(self, device: Device, mode: MathMode, op_class: OpClass, flops: float) -> float | None: ...
 
 
 class EqualEfficiency:
     """No measurements: every efficiency unknown, so equal efficiency is assumed where it may be."""
 
-    def efficiency(self, device: Device, mode: MathMode) -> float | None:
+    def measured_for(self, device: Device) -> bool:
+        return False
+
+    def efficiency(self, device: Device, mode: MathMode, op_class: OpClass, flops: float) -> float | None:
         return None
 
 
@@ -118,18 +125,6 @@ def _dims(text: Any) -> int:
     return int(np.prod([v for v in values if isinstance(v, int)])) if values else 0
 
 
-def _roof_ns(flops: float, moved: float, mode: MathMode, device: Device) -> float | None:
-    peak = mode.peak(device)
-    if not peak:
-        return None
-    return max(flops / peak, moved / device.memory_bandwidth if moved == moved else 0.0)
-
-
-def is_gemm(kernel: str, op: str | None) -> bool:
-    """Whether a kernel is matrix-product or convolution work, by its name or its op's."""
-    return bool(_GEMM_KERNEL.search(kernel)) or (op in _GEMM_OPS)
-
-
 def predict_item(item: Any, origin: Device, target: Device, method: Method,
                  efficiencies: Efficiencies) -> tuple[float | None, Treatment, Bound | None]:
     """One device slice's predicted time on ``target``.
@@ -141,7 +136,7 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
         origin: the device it ran on.
         target: the device to predict for.
         method: the model for kernels that are neither GEMMs nor copies.
-        efficiencies: measured GEMM efficiencies, or :class:`EqualEfficiency`.
+        efficiencies: measured efficiencies, or :class:`EqualEfficiency`.
 
     Returns:
         (predicted ns or None when excluded, what predicted it, the bound on the target where known).
@@ -150,8 +145,10 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
     if _COLLECTIVE.search(name) or _COLLECTIVE.search(str(item.op_name or "")) or item.kind == Kind.COMM:
         return None, Treatment.EXCLUDED, None
     if item.kind in (Kind.MEMCPY, Kind.MEMSET):
+        # A device without a host link (a CPU row) copies through its memory.
         host = "HtoD" in name or "DtoH" in name
-        ratio = ((origin.copy_bandwidth or 1) / (target.copy_bandwidth or 1) if host
+        source_link, target_link = (origin.copy_bandwidth, target.copy_bandwidth) if host else (None, None)
+        ratio = (source_link / target_link if source_link and target_link
                  else origin.memory_bandwidth / target.memory_bandwidth)
         return time * ratio, Treatment.COPY, Bound.MEMORY
     flops, moved, mode = float(item.flops), float(item.bytes), item.mode
@@ -160,14 +157,21 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
     target_mode = mode.on(target)
     ridge = target.ridge_point(target_mode.precision)
     bound = None if intensity is None or ridge is None else (Bound.MEMORY if intensity < ridge else Bound.COMPUTE)
-    gemm = is_gemm(name, item.op_name if isinstance(item.op_name, str) else None)
+    op_name = item.op_name if isinstance(item.op_name, str) else None
+    gemm = is_gemm(name, op_name)
     if known and (gemm or method is Method.ROOFLINE):
-        at_source, at_target = _roof_ns(flops, moved, mode, origin), _roof_ns(flops, moved, target_mode, target)
-        measured = efficiencies.efficiency(origin, mode), efficiencies.efficiency(target, target_mode)
-        if at_source and at_target and (None not in measured or target_mode == mode or not gemm):
+        at_source, at_target = roof_seconds(flops, moved, mode, origin), roof_seconds(flops, moved, target_mode, target)
+        kind = work_class(name, op_name)
+        at_origin, at_goal = efficiencies.efficiency(origin, mode, kind, flops), efficiencies.efficiency(
+            target, target_mode, kind, flops)
+        if at_goal is not None and at_origin is None and at_source and time > 0:
+            # The source's own efficiency is what it achieved: the prediction becomes the
+            # target's roof time over the target's measured efficiency.
+            at_origin = at_source / (time / 1e9)
+        if at_source and at_target and (at_goal is not None or target_mode == mode or not gemm):
             ratio = at_target / at_source
-            if measured[0] is not None and measured[1] is not None:
-                ratio *= measured[0] / measured[1]
+            if at_origin is not None and at_goal is not None:
+                ratio *= at_origin / at_goal
             return time * ratio, Treatment.ROOFLINE, bound
     blocks, threads = _dims(item.grid), _dims(item.block)
     if blocks and threads and method is Method.WAVE:
@@ -183,9 +187,7 @@ def assumptions(method: Method, efficiencies: Efficiencies, source: Device, targ
         f"device figures: {source.name} and {target.name} from {source.origin}/{target.origin} rows",
         "GEMM and convolution kernels: time scales with the roof (max of FLOPs / peak and bytes / "
         "bandwidth) in each device's math mode for the work",
-        "equal GEMM efficiency (achieved / peak) on both devices where the math mode is the same; "
-        "where it differs, efficiency does not carry over and the kernel is wave-scaled"
-        if isinstance(efficiencies, EqualEfficiency) else "GEMM efficiencies from the given measurements",
+        _efficiency_assumption(efficiencies, source, target),
         "other kernels: Habitat's wave scaling over bandwidth, clock and SMs, gamma from intensity "
         "against the target's ridge point; kernels of one wave or less: clock ratio and the target's waves"
         if method is Method.WAVE else "other kernels: the ratio of the two roofs at the kernel's intensity",
@@ -195,6 +197,17 @@ def assumptions(method: Method, efficiencies: Efficiencies, source: Device, targ
         "a step changes by its device time's change: the GPU is on the critical path, the CPU's time is unchanged",
     ]
     return tuple(stated)
+
+
+def _efficiency_assumption(efficiencies: Efficiencies, source: Device, target: Device) -> str:
+    if efficiencies.measured_for(target):
+        where = ("both devices" if efficiencies.measured_for(source)
+                 else f"{target.name}; on {source.name} the efficiency each kernel achieved")
+        return (f"measured efficiencies (dlprof calibrate) per op class, math mode and decade of FLOPs on {where}: "
+                "a GEMM or convolution takes the target's roof time over its measured efficiency there "
+                "(the nearest measured decade outside those measured)")
+    return ("equal GEMM efficiency (achieved / peak) on both devices where the math mode is the same; "
+            "where it differs, efficiency does not carry over and the kernel is wave-scaled")
 
 
 def predict_items(items: pd.DataFrame, source: Device, target: Device, method: Method,
@@ -247,7 +260,7 @@ def estimate(run: Run, target: Device, method: Method = Method.WAVE, rank: int |
         target: the device to predict for.
         method: the model for kernels that are neither GEMMs nor copies.
         rank: only this rank.
-        efficiencies: measured GEMM efficiencies (default: none, equal efficiency assumed).
+        efficiencies: measured efficiencies (default: none, equal efficiency assumed).
         source_name: the device the run ran on, when its recorded one does not resolve.
 
     Raises:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dlprof.hardware.devices import Device, Precision
+from dlprof.hardware.devices import Device, Precision, Vendor
 
 # Kernel-name tokens that mean tensor cores, each with the format they imply (None: from the
 # dtype). Checked in order; the first that matches wins.
@@ -61,10 +61,11 @@ class MathMode:
     def peak(self, device: Device) -> float | None:
         """The device's peak for this mode: its matrix peak for tensor-core work; its fp64 or
         fp32 vector peak otherwise (datasheets give no vector fp16 figure, so half-precision
-        work off the tensor cores is held to the fp32 peak)."""
-        if self.tensor_core or self.precision is Precision.FP64:
-            return device.peak_flops(self.precision)
-        return device.peak_flops(Precision.FP32)
+        work off the tensor cores is held to the fp32 peak). A CPU row's bf16 and fp16 peaks
+        are its vector units' own (``dlprof calibrate`` measures them), so they count."""
+        own = self.tensor_core or self.precision is Precision.FP64 or (
+            device.vendor is Vendor.CPU and self.precision in device.peaks)
+        return device.peak_flops(self.precision if own else Precision.FP32)
 
     def on(self, device: Device) -> MathMode:
         """The mode the same work takes on ``device``: tensor cores of the same format where it

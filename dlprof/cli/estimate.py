@@ -8,6 +8,7 @@ import sys
 import click
 import pandas as pd
 
+from dlprof.analysis.efficiency import MeasuredEfficiencies
 from dlprof.analysis.estimate import Estimate, Method, estimate
 from dlprof.analysis.run_device import named_device
 from dlprof.cli.common import (
@@ -20,6 +21,7 @@ from dlprof.cli.common import (
     runs_dir_option,
 )
 from dlprof.cli.table_options import format_option, limit_option, wide_option
+from dlprof.hardware.calibration import calibration_path, read_calibrations
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.terminal import time_text, write_table
@@ -31,7 +33,9 @@ RUN is a run directory; by default the newest under ./dlprof-runs.
 GEMM and convolution kernels scale with the two devices' roofs in each one's math mode (equal
 efficiency assumed where the mode is the same); other kernels by Habitat's wave scaling
 (--method wave) or by the ratio of the roofs (--method roofline); copies by link bandwidth;
-collectives are excluded and listed. Every assumption is printed with the result.
+collectives are excluded and listed. Every assumption is printed with the result. A device
+calibrated with `dlprof calibrate` is known by its name, and its measured efficiencies replace the
+equal-efficiency assumption (the assumptions say so).
 
 \b
 Examples:
@@ -69,7 +73,8 @@ def compute_estimate(loaded: Run, device: str, method: Method, source_device: st
     """The run's estimate on ``device``, or one line saying why there is none."""
     check_rank(loaded, rank)
     try:
-        return estimate(loaded, named_device(device), method, rank, source_name=source_device)
+        measured = MeasuredEfficiencies(read_calibrations(calibration_path()))
+        return estimate(loaded, named_device(device), method, rank, efficiencies=measured, source_name=source_device)
     except ValueError as error:
         raise UsageError(str(error)) from None
 

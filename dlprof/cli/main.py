@@ -16,6 +16,7 @@ from dlprof import __version__
 
 # Every subcommand: its module under dlprof.cli, and the line ``dlprof --help`` shows for it.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("calibrate", "Measure this machine's ceilings and efficiencies as a measured device row."),
     "counters": ("counters", "List the counters dlprof can count on this machine, per backend."),
     "advise": ("advise", "What to change in a program, ranked by the time at stake, with the evidence."),
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "roofline": ("roofline", "Each op, kernel or layer against its device's roofline: bound, % of roof."),
     "run": ("run", "Run a Python script (or -m module) under the profiler."),
     "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
+    "sweep": ("sweep", "Profile a grid of fully connected, convolutional and recurrent models (ParaDnn)."),
     "steps": ("steps", "Step-time statistics and where each step's time goes, warm-up left out."),
     "tree": ("tree", "Op time down a tree of name scopes, layers or Python code."),
     "tta": ("tta", "Time, steps, samples and epochs to a target accuracy; MLPerf's olympic mean."),
