@@ -34,7 +34,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "roofline": ("roofline", "Each op, kernel or layer against its device's roofline: bound, % of roof."),
     "run": ("run", "Run a Python script (or -m module) under the profiler."),
     "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
-    "sweep": ("sweep", "Profile a grid of fully connected, convolutional and recurrent models (ParaDnn)."),
     "steps": ("steps", "Step-time statistics and where each step's time goes, warm-up left out."),
     "tree": ("tree", "Op time down a tree of name scopes, layers or Python code."),
     "tta": ("tta", "Time, steps, samples and epochs to a target accuracy; MLPerf's olympic mean."),
