@@ -16,7 +16,8 @@ from dlprof.cli.table_options import DEFAULT_LIMIT
 from tests.conftest import KINETO_TRACES, dlprof_program
 
 # Commands that read no run (they list counters, or run or import a program).
-_MAKE_OR_LIST = {"counters", "import", "run"}
+# Commands that read no runs folder: they list counters, measure the machine, or make a run where told.
+_MAKE_OR_LIST = {"calibrate", "counters", "import", "run"}
 
 
 def commands() -> dict[str, click.Command]:
