@@ -38,6 +38,9 @@ DEVICE_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
 CLOCK_MARKER = "dlprof::clock_sync"
 # Kineto's per-kernel counter ranges (CUPTI range profiler): their durations are placeholders.
 PROFILER_RANGE = "cuda_profiler_range"
+# The category of layer slices derived from TensorFlow name scopes (a Keras layer's ops): the
+# graph executor interleaves a layer's ops with others', so one call is several such slices.
+SCOPE_LAYER_CATEGORY = "name_scope"
 
 # As TAU throttles a timer: a name recorded more than this many times at under this many ns a
 # call on average is counted from then on, not traced (dlprof/store/slice_buffer.py).

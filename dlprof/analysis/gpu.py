@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition, steps_sql
 from dlprof.engine.dialect import Dialect
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -76,16 +76,6 @@ WORK_COLUMNS = [
 ]
 _BEFORE = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
-
-
-def steps_sql(rank: int | None = None) -> str:
-    """The CPU's training steps: ``rank``, ``name``, ``start_ns``, ``end_ns`` and ``step_index``
-    (the step's position among its rank's steps, by start)."""
-    return (
-        "SELECT rank, name, start_ns, start_ns + dur_ns AS end_ns, CAST(row_number() OVER ("
-        "PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) AS step_index "
-        f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
-    )
 
 
 def work_sql(dialect: Dialect, rank: int | None = None) -> str:

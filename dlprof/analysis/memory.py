@@ -31,8 +31,7 @@ from enum import StrEnum
 import pandas as pd
 
 from dlprof.analysis.ancestry import nearest_ancestor, open_levels
-from dlprof.analysis.gpu import steps_sql
-from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.sql import rank_condition, steps_sql
 from dlprof.engine.dialect import Dialect
 from dlprof.keys import Kind
 from dlprof.store.reader import Run

@@ -59,3 +59,13 @@ def launched_by_op(rank: int | None = None) -> str:
         f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')} GROUP BY c.rank, c.parent_id"
     )
+
+
+def steps_sql(rank: int | None = None) -> str:
+    """The CPU's training steps: ``rank``, ``name``, ``start_ns``, ``end_ns`` and ``step_index``
+    (the step's position among its rank's steps, by start)."""
+    return (
+        "SELECT rank, name, start_ns, start_ns + dur_ns AS end_ns, CAST(row_number() OVER ("
+        "PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) AS step_index "
+        f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
+    )

@@ -21,9 +21,7 @@ import pyarrow as pa
 
 from dlprof.importers.data_wait import is_tf_data_wait
 from dlprof.importers.tf_ops import module_scope
-from dlprof.keys import Kind
-
-LAYER_CATEGORY = "name_scope"
+from dlprof.keys import SCOPE_LAYER_CATEGORY, Kind
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ class SliceRows:
         out_start: list[int] = []
         out_end: list[int] = []
         events = list(self.classes)
-        layers = [tuple(self.code(EventClass(Kind.MODULE, name, LAYER_CATEGORY, scope=module_scope(name)))
+        layers = [tuple(self.code(EventClass(Kind.MODULE, name, SCOPE_LAYER_CATEGORY, scope=module_scope(name)))
                         for name in c.layers) for c in events]
         is_op = [c.kind in (Kind.OP, Kind.COMM) for c in events]
         cls_list = cls.tolist()

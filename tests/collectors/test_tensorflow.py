@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import dlprof
+from dlprof.analysis.aggregate import top
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
@@ -83,6 +84,23 @@ def test_layer_slices_hold_their_layers_ops(keras_run: Path) -> None:
             expected = sum(e.duration_ps for e in op_events(xplane) if op_name(e).startswith(f"{prefix}{scope}/"))
             assert len(held) and set(held.kind) == {"op"}
             assert abs(held.dur_ns.sum() - expected / 1000) <= len(held)
+
+
+def test_a_layer_is_called_once_per_batch(keras_run: Path) -> None:
+    """TensorFlow's executor interleaves a layer's ops with others' (variable reads, the
+    optimizer's updates), so a layer's call is several slices; top counts them as one call."""
+    run = dlprof.load(keras_run)
+    modules = run.slices[run.slices.kind == "module"]
+    table = top(run, kind="module", limit=None).set_index("name")
+    batches = EPOCHS * BATCHES
+    for scope in dense_scopes(xplane_files(keras_run / "tensorflow")):
+        pieces = modules[modules.name == f"{scope} backward"]
+        assert len(pieces) >= batches
+        row = table.loc[f"{scope} backward"]
+        assert row.calls == batches, scope
+        assert row.total_ns == pieces.dur_ns.sum() and row.max_ns >= pieces.dur_ns.max()
+    pieces_per_name = modules.groupby("name").size()
+    assert (pieces_per_name > table["calls"].reindex(pieces_per_name.index)).any(), "some calls are in pieces"
 
 
 def test_allocator_events_and_clock(keras_run: Path) -> None:
