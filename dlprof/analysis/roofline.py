@@ -169,11 +169,27 @@ def roofline_chart(run: Run, limit: int) -> dict[str, object]:
     except ValueError as error:  # no device row fits
         return {"points": [], "reason": str(error)}
     placed = found.table.dropna(subset=["intensity", "flop_rate"]).head(limit)
-    peaks = {label: MathMode.from_label(label).peak(found.device) for label in dict.fromkeys(placed["mode"])}
     points = [{"name": f"{r.name} {r.shapes}".strip(), "intensity": float(r.intensity),
                "flop_rate": float(r.flop_rate), "time_ns": int(r.time_ns), "bound": r.bound, "mode": r.mode}
               for r in placed.itertuples(index=False)]
-    return {"device": found.device.name, "bandwidth": found.device.memory_bandwidth,
+    return chart_values(found.device, points, found.coverage,
+                        "no op with both FLOPs and bytes known to place on the roofline")
+
+
+def chart_values(device: Device, points: list[dict[str, object]], coverage: float, empty: str) -> dict[str, object]:
+    """A roofline plot's values (as :func:`roofline_chart` gives them) for any points: ops of a
+    run, or the models of a sweep.
+
+    Args:
+        device: the device whose roofs are drawn.
+        points: ``name``, ``intensity``, ``flop_rate``, ``time_ns``, ``bound`` and ``mode`` each.
+        coverage: the share of time whose FLOPs are known.
+        empty: the reason given when there are no points.
+
+    Returns:
+        The chart's values; one roof per math mode of the points that has a peak on the device.
+    """
+    peaks = {str(label): MathMode.from_label(str(label)).peak(device) for label in dict.fromkeys(p["mode"] for p in points)}
+    return {"device": device.name, "bandwidth": device.memory_bandwidth,
             "peaks": {label: peak for label, peak in peaks.items() if peak},
-            "coverage": found.coverage, "points": points,
-            "reason": "" if points else "no op with both FLOPs and bytes known to place on the roofline"}
+            "coverage": coverage, "points": points, "reason": "" if points else empty}

@@ -2,7 +2,10 @@
 
 Kineto's JSON trace does not carry the FLOPs torch computed, so they are recomputed here from
 the recorded shapes. The same ops get a count as in torch (conv2d, mm, addmm, bmm, baddbmm, mul,
-add) and the same values, so a dlprof table and ``key_averages()`` agree.
+add) and the same values, so a dlprof table and ``key_averages()`` agree. One op more:
+``aten::convolution_backward``, which torch's profiler leaves without FLOPs, counted as
+``torch.utils.flop_counter`` counts it (a forward convolution's FLOPs for each of the input and
+weight gradients asked for), so that a training step's convolutions count both ways.
 """
 
 from __future__ import annotations
@@ -53,6 +56,22 @@ def _conv2d(dims: Dims, concrete: Sequence[str]) -> int | None:
     )
 
 
+def _convolution_backward(dims: Dims, concrete: Sequence[str]) -> int | None:
+    """grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    output_padding, groups, output_mask: each of grad_input and grad_weight asked for costs a
+    forward convolution (the bias gradient, a sum, is left out)."""
+    if len(dims) < 3 or len(dims[0]) != 4 or len(dims[2]) != 4:
+        return None
+    batch, out_channels, out_h, out_w = dims[0]
+    _, in_channels, kernel_h, kernel_w = dims[2]
+    values = list(concrete) + [""] * (11 - len(concrete))
+    groups = int(values[9]) if values[9].strip().lstrip("-").isdigit() else 1
+    mask = [part.strip().lower() == "true" for part in values[10].strip("[] ").split(",")]
+    grads = sum(mask[:2]) if len(mask) >= 2 else 2
+    forward = 2 * batch * out_h * out_w * kernel_h * kernel_w * in_channels * out_channels // max(groups, 1)
+    return grads * forward
+
+
 def _elementwise(dims: Dims) -> int | None:
     return prod(dims[0]) if dims and dims[0] else None
 
@@ -63,6 +82,7 @@ _FORMULAS: dict[str, Callable[[Dims, Sequence[str]], int | None]] = {
     "aten::bmm": lambda d, c: _batched_matmul(d, 0),
     "aten::baddbmm": lambda d, c: _batched_matmul(d, 1),
     "aten::conv2d": _conv2d,
+    "aten::convolution_backward": _convolution_backward,
     "aten::mul": lambda d, c: _elementwise(d),
     "aten::add": lambda d, c: _elementwise(d),
 }

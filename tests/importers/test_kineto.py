@@ -75,6 +75,24 @@ def test_flops_formulas_follow_torch() -> None:
     assert estimate_flops("aten::mm", [[3], [4, 5]]) is None
 
 
+def test_convolution_backward_flops_follow_torch_flop_counter() -> None:
+    torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    inputs = torch.randn(2, 3, 16, 16, requires_grad=True)
+    output = conv(inputs)
+    with FlopCounterMode(display=False) as counter:
+        output.sum().backward()
+    grads = ["", "", "", "[8]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]
+    both = estimate_flops("aten::convolution_backward", [[2, 8, 16, 16], [2, 3, 16, 16], [8, 3, 3, 3]],
+                          [*grads, "[True, True, True]"])
+    assert both == counter.get_total_flops()
+    weight_only = estimate_flops("aten::convolution_backward", [[2, 8, 16, 16], [2, 3, 16, 16], [8, 3, 3, 3]],
+                                 [*grads, "[False, True, True]"])
+    assert weight_only is not None and 2 * weight_only == both
+
+
 def test_clock_offset_keeps_zero_when_consistent_and_moves_when_not() -> None:
     assert clock_offset((105, 110), (100, 120)) == (0, (-10, 5))
     offset, (low, high) = clock_offset((1105, 1110), (100, 120))
