@@ -23,8 +23,8 @@ from dlprof.store.new_run import RunExistsError, prepare_run_dir
 from dlprof.store.reader import load
 from dlprof.store.safe_files import write_text
 from dlprof.viewers.roofline_svg import roofline_svg
-from dlprof.viewers.terminal import write_table
-from dlprof.workloads.paradnn import WARMUP_STEPS, Family, Point, grid, profile_point
+from dlprof.viewers.terminal import readable_columns, write_table
+from dlprof.workloads.paradnn import WARMUP_STEPS, Family, Point, grid, profile_point, warm_up_profiler
 from dlprof.workloads.torch_device import DeviceType, torch_device
 
 HELP = f"""Profile a grid of fully connected, convolutional and recurrent models (ParaDnn).
@@ -56,7 +56,7 @@ QUICK = {"layers": [2], "width": [16, 32], "batch": [8], "input": [8]}
 QUICK_STEPS = 3
 SUMMARY_FILES = ("summary.csv", "summary.json", "roofline.svg")
 _SHOWN = [("family", "Family"), ("layers", "Layers"), ("width", "Width"), ("batch", "Batch"), ("input", "Input"),
-          ("params", "Params"), ("step_ns", "step_ns"), ("flops", "FLOPs/step"), ("intensity", "FLOP/B"),
+          ("params", "Params"), ("step_ns", "Step"), ("flops", "FLOPs/step"), ("intensity", "FLOP/B"),
           ("gflop_rate", "GFLOP/s"), ("roof_pct", "% of roof"), ("bound", "Bound")]
 
 
@@ -116,6 +116,8 @@ def command(families: tuple[str, ...], layers: list[int] | None, widths: list[in
     params: list[int] = []
     with progress_bar() as bar:
         task = bar.add_task("sweep", total=len(points))
+        bar.update(task, description="warming the profiler up")
+        warm_up_profiler(points[0], device)
         for point in points:
             bar.update(task, description=point.name)
             work = profile_point(point, device, out / point.name, steps or (QUICK_STEPS if quick else 5))
@@ -180,14 +182,19 @@ def _print(summary: pd.DataFrame, out: Path, fmt: TableFormat, seconds: float, d
     if fmt is not TableFormat.TABLE:
         write_table(summary, "", fmt)
         return
-    shown = pd.DataFrame({header: _cells(column, summary[column]) for column, header in _SHOWN})
+    step = readable_columns(summary, [], [[("step_ns", "Step")]])
+    shown = pd.DataFrame({header: step[step.columns[0]] if column == "step_ns" else _cells(column, summary[column])
+                          for column, header in _SHOWN})
+    shown = shown.rename(columns={"Step": step.columns[0]})
     write_table(shown, f"sweep of {len(summary)} models on {device}: {out}", fmt,
-                keep=["step_ns", "FLOPs/step", "GFLOP/s", "Bound"])
+                keep=[step.columns[0], "FLOPs/step", "GFLOP/s", "Bound"])
     print(f"{len(summary)} runs, summary.csv, summary.json and roofline.svg in {out} ({seconds:.1f} s)")
 
 
 def _cells(column: str, values: pd.Series) -> list[object]:
-    if column in ("flops", "params"):
+    if column == "params":
+        return [f"{int(v):,}" for v in values]
+    if column == "flops":
         return [si(float(v)) for v in values]
     if column in ("intensity", "gflop_rate", "roof_pct"):
         return ["-" if v != v else f"{v:.2f}" for v in values]

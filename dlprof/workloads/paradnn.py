@@ -170,6 +170,21 @@ def workload(point: Point, device: torch.device, seed: int = 0) -> Workload:
     return Workload(built, torch.optim.SGD(built.parameters(), lr=0.01), inputs, labels)
 
 
+def warm_up_profiler(point: Point, device: torch.device) -> None:
+    """Train ``point`` a few steps under a bare torch.profiler recording, kept nowhere.
+
+    The first recording in a process pays torch's and Kineto's one-time start-up in its steps
+    (tens of milliseconds a step here); the sweep's first point must not.
+    """
+    from torch.profiler import profile
+
+    work = workload(point, device)
+    with profile(record_shapes=True, profile_memory=True, with_flops=True):
+        for _ in range(WARMUP_STEPS):
+            work.train_step()
+            synchronize(device)
+
+
 def profile_point(point: Point, device: torch.device, out: Path, steps: int) -> Workload:
     """Train the point's model under a profiling session that writes the run ``out``.
 
