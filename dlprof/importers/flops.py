@@ -5,7 +5,8 @@ the recorded shapes. The same ops get a count as in torch (conv2d, mm, addmm, bm
 add) and the same values, so a dlprof table and ``key_averages()`` agree. One op more:
 ``aten::convolution_backward``, which torch's profiler leaves without FLOPs, counted as
 ``torch.utils.flop_counter`` counts it (a forward convolution's FLOPs for each of the input and
-weight gradients asked for), so that a training step's convolutions count both ways.
+weight gradients asked for; for a grouped convolution's weight gradient the counter takes every
+input channel, dlprof those of one group), so that a training step's convolutions count both ways.
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ def _convolution_backward(dims: Dims, concrete: Sequence[str]) -> int | None:
     batch, out_channels, out_h, out_w = dims[0]
     _, in_channels, kernel_h, kernel_w = dims[2]
     values = list(concrete) + [""] * (11 - len(concrete))
-    groups = int(values[9]) if values[9].strip().lstrip("-").isdigit() else 1
     mask = [part.strip().lower() == "true" for part in values[10].strip("[] ").split(",")]
     grads = sum(mask[:2]) if len(mask) >= 2 else 2
-    forward = 2 * batch * out_h * out_w * kernel_h * kernel_w * in_channels * out_channels // max(groups, 1)
+    # The weight holds in_channels / groups input channels per output channel already.
+    forward = 2 * batch * out_h * out_w * kernel_h * kernel_w * in_channels * out_channels
     return grads * forward
 
 

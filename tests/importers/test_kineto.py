@@ -91,6 +91,12 @@ def test_convolution_backward_flops_follow_torch_flop_counter() -> None:
     weight_only = estimate_flops("aten::convolution_backward", [[2, 8, 16, 16], [2, 3, 16, 16], [8, 3, 3, 3]],
                                  [*grads, "[False, True, True]"])
     assert weight_only is not None and 2 * weight_only == both
+    # Grouped, by hand: each gradient costs the forward, 2 * N * H * W * kh * kw * (C_in / groups)
+    # * C_out (torch's counter takes all 4 input channels for the weight gradient instead of 2).
+    grouped_args = [*grads[:9], "2", "[True, True, True]"]
+    forward = 2 * 2 * 16 * 16 * 3 * 3 * 2 * 8
+    assert estimate_flops("aten::convolution_backward", [[2, 8, 16, 16], [2, 4, 16, 16], [8, 2, 3, 3]],
+                          grouped_args) == 2 * forward
 
 
 def test_clock_offset_keeps_zero_when_consistent_and_moves_when_not() -> None:
