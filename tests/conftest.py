@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ def trace_diff_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
 @pytest.fixture(scope="session")
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One rank of real A100 work: kernels, memcpy, memset, runtime calls, flows between them."""
-    from tests.exporters.conftest import simple_add_trace, write_imported_run
+    from tests.builders import simple_add_trace, write_imported_run
 
     return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
 
@@ -89,7 +90,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same recorded trace as ranks 0 and 1: equal pids, tids and correlation ids on both."""
-    from tests.exporters.conftest import simple_add_trace, write_imported_run
+    from tests.builders import simple_add_trace, write_imported_run
 
     return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
 
@@ -146,3 +147,9 @@ def dataloader_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Six training steps fed by a DataLoader in the loop (no workers), then an evaluation of two
     batches after the loop, in the step open when profiling stopped."""
     return profile_dataloader_loop(tmp_path_factory.mktemp("runs") / "dataloader")
+
+
+HAS_CUPTI = importlib.util.find_spec("cupti") is not None
+
+
+needs_cupti = pytest.mark.skipif(not HAS_CUPTI, reason="cupti-python is not installed (dlprof[gpu])")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,25 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dlprof.keys import RunStatus, StoreTable
+from dlprof.keys import RunStatus
 from dlprof.store.ids import SLOT_KINETO, SLOT_SESSION, id_base, rank_of
-from dlprof.store.manifest import Manifest
 from dlprof.store.nesting import innermost_containing, nest_slices
 from dlprof.store.reader import RunError, load
-from dlprof.store.writer import RankWriter
-
-
-def slices(rows: list[tuple[int, int, str, str, int, int]]) -> pa.Table:
-    """Rows of (id, tid, kind, name, start_ns, dur_ns) on pid 1, device cpu."""
-    ids, tids, kinds, names, starts, durs = zip(*rows, strict=True)
-    return pa.table({
-        "id": pa.array(ids, pa.int64()), "pid": pa.array([1] * len(rows), pa.int64()),
-        "tid": pa.array(tids, pa.int64()), "device": pa.array(["cpu"] * len(rows)).dictionary_encode(),
-        "kind": pa.array(kinds).dictionary_encode(), "name": pa.array(names).dictionary_encode(),
-        "start_ns": pa.array(starts, pa.int64()), "dur_ns": pa.array(durs, pa.int64()),
-        "depth": pa.nulls(len(rows), pa.int16()), "parent_id": pa.nulls(len(rows), pa.int64()),
-        "self_ns": pa.nulls(len(rows), pa.int64()),
-    })
+from tests.builders import slice_table, write_uncompacted_run
 
 
 def by_name(table: pa.Table) -> dict[str, dict[str, object]]:
@@ -36,7 +21,7 @@ def by_name(table: pa.Table) -> dict[str, dict[str, object]]:
 
 
 def test_nesting_sets_depth_parent_and_self_time() -> None:
-    table = slices([
+    table = slice_table([
         (3, 7, "op", "child2", 150, 40),
         (1, 7, "step", "step", 100, 100),
         (2, 7, "op", "child1", 110, 30),
@@ -55,7 +40,7 @@ def test_nesting_sets_depth_parent_and_self_time() -> None:
 
 
 def test_nesting_clips_overrunning_child_and_counts_it() -> None:
-    nested, report = nest_slices(slices([(1, 1, "op", "parent", 0, 100), (2, 1, "op", "late", 60, 50)]))
+    nested, report = nest_slices(slice_table([(1, 1, "op", "parent", 0, 100), (2, 1, "op", "late", 60, 50)]))
     rows = by_name(nested)
     assert rows["late"]["parent_id"] == 1
     assert (rows["late"]["start_ns"], rows["late"]["dur_ns"]) == (60, 40)
@@ -65,7 +50,7 @@ def test_nesting_clips_overrunning_child_and_counts_it() -> None:
 def test_a_slice_mostly_after_the_one_it_started_in_is_extended_to_contain_it() -> None:
     # A layer's backward, timed by dlprof, starts inside the autograd op it runs (timed by
     # torch) and ends long after it: the op is the layer's, so the layer contains it.
-    nested, report = nest_slices(slices([
+    nested, report = nest_slices(slice_table([
         (1, 1, "step", "step", 0, 10_000),
         (2, 1, "op", "evaluate_function: AddmmBackward0", 1_000, 300),
         (3, 1, "module", "fc backward", 1_060, 5_000),
@@ -84,7 +69,7 @@ def test_a_slice_mostly_after_the_one_it_started_in_is_extended_to_contain_it() 
 
 
 def test_identical_timestamps_put_outer_kind_first() -> None:
-    nested, _ = nest_slices(slices([(1, 1, "op", "op", 0, 50), (2, 1, "region", "region", 0, 50),
+    nested, _ = nest_slices(slice_table([(1, 1, "op", "op", 0, 50), (2, 1, "region", "region", 0, 50),
                                     (3, 1, "step", "step", 0, 50)]))
     rows = by_name(nested)
     assert rows["step"]["depth"] == 0
@@ -93,7 +78,7 @@ def test_identical_timestamps_put_outer_kind_first() -> None:
 
 
 def test_zero_duration_slices_do_not_swallow_followers() -> None:
-    nested, _ = nest_slices(slices([(1, 1, "op", "a", 10, 0), (2, 1, "op", "b", 10, 0),
+    nested, _ = nest_slices(slice_table([(1, 1, "op", "a", 10, 0), (2, 1, "op", "b", 10, 0),
                                     (3, 1, "op", "outer", 20, 10), (4, 1, "op", "inside", 25, 0)]))
     rows = by_name(nested)
     assert rows["a"]["depth"] == 0 and rows["b"]["depth"] == 0
@@ -116,18 +101,10 @@ def test_ids_carry_rank_and_do_not_collide() -> None:
         id_base(1 << 20, 0)
 
 
-def write_run(run_dir: Path, status: RunStatus = RunStatus.COMPLETE, pid: int | None = None) -> RankWriter:
-    Manifest(name="t", command=["t"], status=status, writer_pid=pid or os.getpid()).write(run_dir)
-    writer = RankWriter(run_dir, 0)
-    writer.write_chunk(StoreTable.SLICES, slices([(1, 1, "step", "s", 0, 100)]), "a")
-    writer.write_chunk(StoreTable.SLICES, slices([(2, 1, "op", "o", 10, 20)]), "b")
-    return writer
-
-
 def test_run_killed_before_compaction_is_read_from_chunks_and_reported_killed(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
-    write_run(tmp_path, RunStatus.RUNNING, pid=int(dead.stdout))
+    write_uncompacted_run(tmp_path, RunStatus.RUNNING, pid=int(dead.stdout))
     run = load(tmp_path)
     assert run.status is RunStatus.KILLED
     frame = run.slices.set_index("name")
@@ -135,7 +112,7 @@ def test_run_killed_before_compaction_is_read_from_chunks_and_reported_killed(tm
 
 
 def test_compaction_merges_chunks_into_one_file(tmp_path: Path) -> None:
-    counts, _ = write_run(tmp_path).compact()
+    counts, _ = write_uncompacted_run(tmp_path).compact()
     files = sorted(p.name for p in (tmp_path / "slices" / "rank=0").iterdir())
     assert files == ["part-00000.parquet"]
     assert counts["slices"] == 2
@@ -182,7 +159,7 @@ def test_bad_run_directories_raise_one_line_errors(tmp_path: Path, setup, messag
 
 
 def test_truncated_parquet_is_reported_as_damaged(tmp_path: Path) -> None:
-    write_run(tmp_path).compact()
+    write_uncompacted_run(tmp_path).compact()
     part = tmp_path / "slices" / "rank=0" / "part-00000.parquet"
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     with pytest.raises(RunError, match="damaged Parquet file"):
@@ -190,7 +167,7 @@ def test_truncated_parquet_is_reported_as_damaged(tmp_path: Path) -> None:
 
 
 def test_device_streams_stay_flat_and_overlaps_are_counted() -> None:
-    table = slices([(1, 7, "kernel", "k1", 0, 100), (2, 7, "kernel", "k2", 50, 100), (3, 7, "kernel", "k3", 300, 10)])
+    table = slice_table([(1, 7, "kernel", "k1", 0, 100), (2, 7, "kernel", "k2", 50, 100), (3, 7, "kernel", "k3", 300, 10)])
     table = table.set_column(table.schema.get_field_index("device"), "device",
                              pa.array(["cuda:0"] * 3).dictionary_encode())
     nested, report = nest_slices(table)
@@ -203,7 +180,7 @@ def test_device_streams_stay_flat_and_overlaps_are_counted() -> None:
 def test_a_slice_that_began_late_in_the_one_before_comes_after_it() -> None:
     # Two layers' backward slices from hooks on one autograd node: the later layer's start is
     # read a moment before the earlier layer's end.
-    nested, report = nest_slices(slices([
+    nested, report = nest_slices(slice_table([
         (1, 1, "module", "relu backward", 1_000, 2_000),
         (2, 1, "module", "conv backward", 2_950, 3_000),
     ]))
