@@ -32,6 +32,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "short_cnn_run": ("torch",),  # tests/analysis/test_diff.py
     "worker_run": ("torch",),  # tests/collectors/test_dataloader.py
     "slowed_job": ("torch", "slow"),  # tests/analysis/test_ranks.py: two gloo ranks
+    "thirty_step_cnn_run": ("torch",),  # tests/store/test_writing.py
 }
 
 

@@ -1,19 +1,12 @@
-"""The event store: nesting, chunked writes, compaction, reading with and without dlprof."""
+"""Nesting a rank's slices as they are stored: depth, parent and self time on each thread, kept
+flat on device streams, and the repairs counted when clocks disagree."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pyarrow as pa
-import pytest
 
-from dlprof.keys import RunStatus
-from dlprof.store.ids import SLOT_KINETO, SLOT_SESSION, id_base, rank_of
 from dlprof.store.nesting import innermost_containing, nest_slices
-from dlprof.store.reader import RunError, load
-from tests.builders import slice_table, write_uncompacted_run
+from tests.builders import slice_table
 
 
 def by_name(table: pa.Table) -> dict[str, dict[str, object]]:
@@ -94,78 +87,6 @@ def test_innermost_containing_finds_deepest_interval() -> None:
     assert found.tolist() == [2, 1, 0, 3, -1, -1]
 
 
-def test_ids_carry_rank_and_do_not_collide() -> None:
-    assert rank_of(id_base(5, SLOT_KINETO) + 12345) == 5
-    assert id_base(0, SLOT_SESSION) != id_base(0, SLOT_KINETO)
-    with pytest.raises(ValueError):
-        id_base(1 << 20, 0)
-
-
-def test_run_killed_before_compaction_is_read_from_chunks_and_reported_killed(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    write_uncompacted_run(tmp_path, RunStatus.RUNNING, pid=int(dead.stdout))
-    run = load(tmp_path)
-    assert run.status is RunStatus.KILLED
-    frame = run.slices.set_index("name")
-    assert frame.loc["o", "parent_id"] == 1, "chunks are nested when read"
-
-
-def test_compaction_merges_chunks_into_one_file(tmp_path: Path) -> None:
-    counts, _ = write_uncompacted_run(tmp_path).compact()
-    files = sorted(p.name for p in (tmp_path / "slices" / "rank=0").iterdir())
-    assert files == ["part-00000.parquet"]
-    assert counts["slices"] == 2
-    assert load(tmp_path).slices["depth"].tolist() == [0, 1]
-
-
-def test_run_reads_with_pyarrow_alone(cnn_run: Path) -> None:
-    code = (
-        "import sys, json, pyarrow.dataset as ds\n"
-        f"t = ds.dataset({str(cnn_run / 'slices')!r}, partitioning='hive').to_table()\n"
-        "assert 'dlprof' not in sys.modules\n"
-        "print(json.dumps({'rows': t.num_rows, 'ranks': sorted(set(t.column('rank').to_pylist())),"
-        " 'kinds': sorted(set(t.column('kind').to_pylist()))}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    import json
-
-    seen = json.loads(out.stdout)
-    assert seen["rows"] == len(load(cnn_run).slices)
-    assert seen["ranks"] == [0]
-    assert {"op", "module", "region", "step"} <= set(seen["kinds"])
-
-
-def test_run_stores_under_40_bytes_per_event(cnn_run: Path) -> None:
-    run = load(cnn_run)
-    events = sum(run.manifest.counts.values())
-    size = sum(p.stat().st_size for p in cnn_run.rglob("*.parquet"))
-    # A tiny run pays fixed Parquet footers; the per-event figure at scale is in bench/.
-    assert events > 500
-    assert size / events < 200
-
-
-@pytest.mark.parametrize("setup, message", [
-    (lambda d: None, "no such run directory"),
-    (lambda d: d.mkdir(), "not a dlprof run"),
-    (lambda d: (d.mkdir(), (d / "run.json").write_text("{not json")), "unreadable manifest"),
-])
-def test_bad_run_directories_raise_one_line_errors(tmp_path: Path, setup, message: str) -> None:  # type: ignore[no-untyped-def]
-    target = tmp_path / "run"
-    setup(target)
-    with pytest.raises(RunError, match=message) as raised:
-        load(target)
-    assert "\n" not in str(raised.value)
-
-
-def test_truncated_parquet_is_reported_as_damaged(tmp_path: Path) -> None:
-    write_uncompacted_run(tmp_path).compact()
-    part = tmp_path / "slices" / "rank=0" / "part-00000.parquet"
-    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
-    with pytest.raises(RunError, match="damaged Parquet file"):
-        _ = load(tmp_path).slices
-
-
 def test_device_streams_stay_flat_and_overlaps_are_counted() -> None:
     table = slice_table([(1, 7, "kernel", "k1", 0, 100), (2, 7, "kernel", "k2", 50, 100), (3, 7, "kernel", "k3", 300, 10)])
     table = table.set_column(table.schema.get_field_index("device"), "device",
@@ -189,10 +110,3 @@ def test_a_slice_that_began_late_in_the_one_before_comes_after_it() -> None:
     assert rows["conv backward"]["parent_id"] is None and rows["conv backward"]["depth"] == 0
     assert rows["relu backward"]["self_ns"] == 2_000
     assert report.moved_past_parent == 1 and report.extended_over_parent == 0
-
-
-def test_the_light_schema_version_is_the_schema_s() -> None:
-    # Manifests are read without Arrow, from dlprof.store.version; the schema module says the same.
-    from dlprof.store import schema, version
-
-    assert version.SCHEMA_VERSION == schema.SCHEMA_VERSION
