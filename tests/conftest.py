@@ -2,16 +2,52 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 import dlprof
 
-# Real TensorFlow runs (tf_profile, tf_xla_profile, keras_run), shared by every test directory.
-pytest_plugins = ["tests.tensorflow_runs"]
+# Real TensorFlow runs (tf_profile, tf_xla_profile, keras_run), shared by every test directory;
+# pytester for the tests of this file's collection hook.
+pytest_plugins = ["tests.tensorflow_runs", "pytester"]
+
+# What a test needs, from the fixtures it asks for (directly or through other fixtures): a run
+# made with PyTorch needs torch, one made by TensorFlow needs tf, and a job of several processes
+# (torchrun, ``dlprof run --nproc``) takes tens of seconds, so it is slow.
+FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
+    "cnn_run": ("torch",),
+    "dataloader_run": ("torch",),
+    "two_rank_gloo_run": ("torch", "slow"),
+    "habits_run": ("torch",),  # tests/advice/conftest.py
+    "advised_run": ("torch",),  # tests/advice/conftest.py
+    "tf_profile": ("tf",),  # tests/tensorflow_runs.py
+    "tf_xla_profile": ("tf",),
+    "keras_run": ("tf",),
+    # Module fixtures with names of their own that make the same kinds of run.
+    "short_cnn_run": ("torch",),  # tests/analysis/test_diff.py
+    "worker_run": ("torch",),  # tests/collectors/test_dataloader.py
+    "slowed_job": ("torch", "slow"),  # tests/analysis/test_ranks.py: two gloo ranks
+    "thirty_step_cnn_run": ("torch",),  # tests/store/test_writing.py
+}
+
+
+def markers_for(fixturenames: Iterable[str]) -> set[str]:
+    """The markers a test needs for asking for ``fixturenames``."""
+    return {marker for name in fixturenames for marker in FIXTURE_MARKERS.get(name, ())}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test from the fixtures it asks for, so that ``-m 'not slow'`` or ``-m 'not
+    torch'`` leaves out what those fixtures would make."""
+    for item in items:
+        for marker in sorted(markers_for(getattr(item, "fixturenames", ()))):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
 
 # Real Kineto traces recorded on A100, V100 and MI250 GPUs (from Holistic Trace Analysis's tests,
 # MIT licence beside them): the ground truth for the GPU half while tests run without a GPU.
@@ -81,7 +117,7 @@ def trace_diff_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
 @pytest.fixture(scope="session")
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One rank of real A100 work: kernels, memcpy, memset, runtime calls, flows between them."""
-    from tests.exporters.conftest import simple_add_trace, write_imported_run
+    from tests.builders import simple_add_trace, write_imported_run
 
     return write_imported_run(tmp_path_factory.mktemp("runs") / "gpu", simple_add_trace(), (0,))
 
@@ -89,7 +125,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same recorded trace as ranks 0 and 1: equal pids, tids and correlation ids on both."""
-    from tests.exporters.conftest import simple_add_trace, write_imported_run
+    from tests.builders import simple_add_trace, write_imported_run
 
     return write_imported_run(tmp_path_factory.mktemp("runs") / "ranks", simple_add_trace(), (0, 1))
 
@@ -146,3 +182,8 @@ def dataloader_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Six training steps fed by a DataLoader in the loop (no workers), then an evaluation of two
     batches after the loop, in the step open when profiling stopped."""
     return profile_dataloader_loop(tmp_path_factory.mktemp("runs") / "dataloader")
+
+
+# The CUPTI tests need NVIDIA's cupti-python; without it they skip, saying so.
+HAS_CUPTI = importlib.util.find_spec("cupti") is not None
+needs_cupti = pytest.mark.skipif(not HAS_CUPTI, reason="cupti-python is not installed (dlprof[gpu])")

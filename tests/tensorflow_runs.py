@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import dlprof
@@ -140,3 +143,36 @@ def keras_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with dlprof.profile(out=out, collectors=("tensorflow",)) as prof:
         model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[StepEachBatch(prof)])
     return out
+
+
+CALL_PREFIX = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")
+
+
+def op_events(paths: Path | list[Path]) -> list[Event]:
+    """TensorFlow op events as the profiles mark them: ``name:Type`` with the type as display
+    name (of every profile given: a run saved more than once has one per save)."""
+    return [e for e in all_events(paths) if e.display_name and e.name.endswith(":" + e.display_name)
+            and e.duration_ps > 0]
+
+
+def all_events(paths: Path | list[Path]) -> list[Event]:
+    """The host events of one profile, or of each of several."""
+    return [e for path in ([paths] if isinstance(paths, Path) else paths) for e in events(read_xspace(path))]
+
+
+def op_name(event: Event) -> str:
+    return CALL_PREFIX.sub("", event.name[: -len(event.display_name) - 1])
+
+
+def ops_matching_the_profile(run: dlprof.Run, xplane: Path | list[Path]) -> pd.DataFrame:
+    """The run's op slices, after checking they are the profile's op events (name, raw type)."""
+    expected = Counter((op_name(e), e.display_name) for e in op_events(xplane))
+    ops = run.slices[run.slices.kind == "op"]
+    assert Counter(zip(ops.name, ops.category, strict=True)) == expected
+    return ops
+
+
+def dense_scopes(tf_profile: Path | list[Path]) -> list[str]:
+    """The name scopes of the example's Dense layers: where its fused MatMul+BiasAdd ops run."""
+    return sorted({op_name(e).rsplit("/", 1)[0] for e in op_events(tf_profile)
+                   if e.display_name == "_MklNativeFusedMatMul"})

@@ -84,6 +84,7 @@ def test_duckdb_and_pyarrow_read_the_ranks_without_dlprof(two_rank_gloo_run: Pat
     assert table.num_rows == sum(expected.values())
 
 
+@pytest.mark.slow  # two ranks launched, not the shared job
 def test_a_rank_that_dies_fails_the_run_and_keeps_the_others(tmp_path: Path) -> None:
     script = tmp_path / "flaky.py"
     script.write_text(
@@ -114,6 +115,7 @@ def test_a_rank_that_dies_fails_the_run_and_keeps_the_others(tmp_path: Path) -> 
     assert steps[1] == 4 and steps[0] >= 3
 
 
+@pytest.mark.slow  # torchrun launches two ranks
 def test_plain_torchrun_ranks_agree_on_a_directory(tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if k != RUN_DIR_VARIABLE}
     done = subprocess.run(

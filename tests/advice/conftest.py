@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import dlprof
+from tests.builders import write_imported_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import write_imported_run
 
 STEPS = 7
 SLOW_BATCH_S = 0.03  # the bad run's dataset: long enough that waiting for it dominates a step

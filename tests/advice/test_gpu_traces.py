@@ -15,8 +15,8 @@ from dlprof.analysis.gpu import ALL, gpu_breakdown
 from dlprof.keys import RunStatus
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.builders import write_imported_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import write_imported_run
 
 
 def _advice(run_dir: Path) -> Advice:

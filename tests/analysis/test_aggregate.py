@@ -13,6 +13,7 @@ from dlprof.analysis.aggregate import top
 from dlprof.keys import GroupKey, SortKey, StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.builders import op
 
 
 def make_run(directory: Path, rows: list[dict[str, object]]) -> dlprof.Run:
@@ -26,12 +27,6 @@ def make_run(directory: Path, rows: list[dict[str, object]]) -> dlprof.Run:
     writer.write_chunk(StoreTable.SLICES, table, "test")
     writer.compact()
     return dlprof.load(directory)
-
-
-def op(i: int, name: str, start: int, dur: int, tid: int = 1, kind: str = "op", **extra: object) -> dict[str, object]:
-    return {"id": i, "pid": 1, "tid": tid, "device": "cpu", "kind": kind, "name": name,
-            "start_ns": start, "dur_ns": dur, "input_shapes": None, "flops": None, "bytes": None,
-            "correlation_id": None, **extra}
 
 
 def test_totals_self_time_and_percentages(tmp_path: Path) -> None:
@@ -121,7 +116,7 @@ def test_names_that_look_like_markup_print_as_written(tmp_path: Path) -> None:
 @pytest.mark.torch
 def test_a_layers_self_time_is_its_time_outside_the_layers_inside_it(cnn_run: Path) -> None:
     """Not the time between its ops (hooks and Python): the ops it runs itself count as its own."""
-    from tests.analysis.test_tfprof import Walk
+    from tests.references import Walk
 
     run = dlprof.load(cnn_run)
     walk = Walk(run)
@@ -148,7 +143,7 @@ def test_a_layers_self_time_is_its_time_outside_the_layers_inside_it(cnn_run: Pa
 
 @pytest.mark.torch
 def test_within_keeps_the_slices_inside_a_named_slice(cnn_run: Path) -> None:
-    from tests.analysis.test_tfprof import Walk
+    from tests.references import Walk
 
     run = dlprof.load(cnn_run)
     walk = Walk(run)

@@ -10,18 +10,13 @@ needs counters that trace lacks, so hand-built runs carry them, written through 
 
 from __future__ import annotations
 
-import gzip
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 import dlprof
-from dlprof.analysis.cupti_names import LEGACY_TO_PERFWORKS, describe_names, perfworks_name
+from dlprof.analysis.cupti_names import describe_names, perfworks_name
 from dlprof.analysis.derived import (
     BUILTIN_BY_NAME,
     BUILTINS,
@@ -33,131 +28,9 @@ from dlprof.analysis.derived import (
     parse_metric_option,
     source_counters,
 )
-from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
-from dlprof.importers.kineto_rows import UNNAMED_RANGE
-from dlprof.keys import RunStatus, StoreTable
-from dlprof.store.ids import SLOT_IMPORT, id_base
-from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
-from dlprof.store.writer import RankWriter
-from tests.conftest import KINETO_TRACES
-
-US = 1_000  # nanoseconds
-A100 = {"id": 0, "name": "NVIDIA A100", "numSms": 108, "maxThreadsPerMultiprocessor": 2048,
-        "warpSize": 32, "regsPerMultiprocessor": 65536}
-SASS = "cupti:smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
-INST, CYCLES, WARPS, GLD = (f"cupti:{LEGACY_TO_PERFWORKS[n]}" for n in
-                            ("inst_executed", "active_cycles", "active_warps", "gld_request"))
-DRAM = "cupti:dram__bytes.sum"
-
-
-def cupti_profiler_trace() -> Path:
-    (found,) = (KINETO_TRACES / "cupti_profiler").glob("*.json.gz")
-    return found
-
-
-def import_trace_run(run_dir: Path, trace_path: Path) -> Path:
-    """A complete one-rank run of a Kineto trace: slices AND its cuda_profiler_range metrics."""
-    tables = convert_trace(read_trace(trace_path), KinetoOptions(id_base=id_base(0, SLOT_IMPORT)))
-    writer = RankWriter(run_dir, 0)
-    writer.write_chunk(StoreTable.SLICES, tables.slices, "import")
-    writer.write_chunk(StoreTable.METRICS, tables.metrics, "import")
-    counts, _ = writer.compact()
-    Manifest(name=run_dir.name, command=["import", trace_path.name], status=RunStatus.COMPLETE,
-             devices=tables.devices, counts=counts).write(run_dir)
-    return run_dir
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One slice of a hand-built GPU run, with the counters measured over it."""
-
-    name: str
-    dur_us: int
-    counters: dict[str, float] = field(default_factory=dict)
-    kind: str = "kernel"
-    grid: str | None = None
-    registers: int | None = None
-    occupancy: float | None = None
-    flops: int | None = None
-
-
-def write_counter_run(
-    run_dir: Path, kernels: list[Kernel], devices: tuple[dict[str, Any], ...] = (A100,)
-) -> Path:
-    """``kernels`` one after another on one stream of cuda:0, as a complete run with counters."""
-    base = id_base(0, SLOT_IMPORT)
-    starts = np.cumsum([0] + [k.dur_us + 10 for k in kernels])[:-1]
-    slices = pa.table({
-        "id": pa.array([base + i for i in range(len(kernels))], pa.int64()),
-        "pid": pa.array([0] * len(kernels), pa.int64()),
-        "tid": pa.array([7] * len(kernels), pa.int64()),
-        "device": ["cuda:0"] * len(kernels),
-        "kind": [k.kind for k in kernels],
-        "name": [k.name for k in kernels],
-        "start_ns": pa.array([int(s) * US for s in starts], pa.int64()),
-        "dur_ns": pa.array([k.dur_us * US for k in kernels], pa.int64()),
-        "grid": pa.array([k.grid for k in kernels], pa.string()),
-        "registers": pa.array([k.registers for k in kernels], pa.int32()),
-        "occupancy": pa.array([k.occupancy for k in kernels], pa.float32()),
-        "flops": pa.array([k.flops for k in kernels], pa.int64()),
-        "stream": pa.array([7] * len(kernels), pa.int64()),
-    })
-    rows = [(base + i, metric, value) for i, k in enumerate(kernels) for metric, value in k.counters.items()]
-    metrics = pa.table({
-        "slice_id": pa.array([r[0] for r in rows], pa.int64()),
-        "metric": pa.array([r[1] for r in rows], pa.string()),
-        "value": pa.array([r[2] for r in rows], pa.float64()),
-        "scope": pa.array(["kernel"] * len(rows), pa.string()),
-        "method": pa.array(["exact"] * len(rows), pa.string()),
-    })
-    writer = RankWriter(run_dir, 0)
-    writer.write_chunk(StoreTable.SLICES, slices, "test")
-    writer.write_chunk(StoreTable.METRICS, metrics, "test")
-    counts, _ = writer.compact()
-    Manifest(name=run_dir.name, command=["hand-built"], status=RunStatus.COMPLETE,
-             devices=list(devices), counts=counts).write(run_dir)
-    return run_dir
-
-
-def counters(inst: float, cycles: float, warps: float, gld: float,
-             flop: tuple[float, float, float] = (0, 0, 0), dram: float | None = None) -> dict[str, float]:
-    """Counters of one kernel; ``flop`` is (fadd, fmul, ffma), every other precision zero."""
-    found = {INST: inst, CYCLES: cycles, WARPS: warps, GLD: gld}
-    for precision in "dfh":
-        for operation, value in zip(("add", "mul", "fma"), flop, strict=True):
-            found[SASS.format(precision + operation)] = value if precision == "f" else 0.0
-    if dram is not None:
-        found[DRAM] = dram
-    return found
-
-
-# "gemm" runs twice with very different ratios, so that the ratio of sums (ParaProf's way) and
-# the mean of the ratios differ.
-HAND_BUILT = [
-    Kernel("gemm", 100, counters(1000, 500, 16_000, 100, (10, 20, 300), dram=4096)),
-    Kernel("gemm", 300, counters(9000, 1500, 96_000, 900, (30, 40, 700), dram=8192)),
-    Kernel("relu", 20, counters(400, 800, 12_800, 200, (50, 0, 0), dram=1024)),
-]
-
-
-def expected(kernels: list[Kernel]) -> dict[str, float]:
-    """Each built-in over ``kernels`` taken together (sums first), from its documented formula."""
-    def total(metric: str) -> float:
-        return sum(k.counters[metric] for k in kernels)
-
-    flop = sum(total(SASS.format(f"{p}add")) + total(SASS.format(f"{p}mul"))
-               + 2 * total(SASS.format(f"{p}fma")) for p in "dfh")
-    seconds = sum(k.dur_us for k in kernels) * US / 1e9
-    return {
-        "ipc": total(INST) / total(CYCLES),
-        "warps_per_inst": total(WARPS) / total(INST),
-        "gld_per_inst": total(GLD) / total(INST),
-        "achieved_occupancy": 100 * total(WARPS) / total(CYCLES) / (2048 / 32),
-        "flop_count": flop,
-        "flop_rate": flop / seconds,
-        "arithmetic_intensity": flop / total(DRAM),
-    }
+from tests.builders import GLD, HAND_BUILT, Kernel, cupti_profiler_trace, import_trace_run, write_counter_run
+from tests.references import expected, raw_flops, raw_ranges
 
 
 @pytest.fixture(scope="module")
@@ -168,25 +41,6 @@ def counter_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 @pytest.fixture(scope="module")
 def cupti_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "cupti", cupti_profiler_trace()))
-
-
-def raw_ranges() -> list[dict[str, Any]]:
-    """The trace's cuda_profiler_range events, read here without dlprof, in time order; a range
-    Kineto found no kernel name for ("__missing__") named as the store names it."""
-    with gzip.open(cupti_profiler_trace()) as file:
-        events = json.load(file)["traceEvents"]
-    ranges = [e for e in events if e.get("cat") == "cuda_profiler_range"]
-    for event in ranges:
-        if event["name"] == "__missing__":
-            event["name"] = UNNAMED_RANGE
-    return sorted(ranges, key=lambda e: e["ts"])
-
-
-def raw_flops(event: dict[str, Any]) -> float:
-    args = event["args"]
-    key = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
-    return float(sum(args[key.format(f"{p}add")] + args[key.format(f"{p}mul")]
-                     + 2 * args[key.format(f"{p}fma")] for p in "dfh"))
 
 
 def test_flops_per_range_of_the_cupti_profiler_trace(cupti_run: Run) -> None:

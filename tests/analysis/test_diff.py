@@ -7,11 +7,7 @@ through dlprof. Native torch runs of different lengths check the per-step path.
 
 from __future__ import annotations
 
-import functools
-import gzip
-import json
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -30,36 +26,11 @@ from dlprof.analysis.diff import (
 )
 from dlprof.keys import DiffBasis, Kind
 from dlprof.store.reader import Run
-from tests.conftest import KINETO_TRACES, profile_tiny_cnn
+from tests.conftest import profile_tiny_cnn
+from tests.references import raw_trace
 
 # Trace categories behind the kinds compared by default.
 CATEGORY = {Kind.OP: "cpu_op", Kind.KERNEL: "kernel"}
-
-
-@dataclass(frozen=True)
-class RawTrace:
-    """What one trace file says, summed with nothing but ``json``."""
-
-    steps: int  # ProfilerStep#N ranges
-    calls: dict[tuple[str, str], int]  # (category, name) -> events
-    time_ns: dict[tuple[str, str], int]  # (category, name) -> summed durations
-    events: list[dict[str, object]]  # the complete ("X") events
-
-
-@functools.cache
-def raw_trace(name: str) -> RawTrace:
-    """The control or test trace of tests/data/kineto-traces/trace_diff, summed per name."""
-    (path,) = (KINETO_TRACES / "trace_diff" / name).glob("*.json.gz")
-    with gzip.open(path, "rt") as file:
-        events = [e for e in json.load(file)["traceEvents"] if e.get("ph") == "X"]
-    calls: dict[tuple[str, str], int] = defaultdict(int)
-    time_ns: dict[tuple[str, str], int] = defaultdict(int)
-    for event in events:
-        key = (event["cat"], event["name"])
-        calls[key] += 1
-        time_ns[key] += event["dur"] * 1000  # whole microseconds in these files
-    steps = sum(1 for e in events if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#"))
-    return RawTrace(steps, dict(calls), dict(time_ns), events)
 
 
 def busy_ns(events: list[dict[str, object]], category: str, leave_out: frozenset[str]) -> int:

@@ -8,11 +8,6 @@ A hand-built run with kernels overlapping on two streams checks the definitions 
 
 from __future__ import annotations
 
-import gzip
-import json
-import statistics
-from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +20,9 @@ from dlprof.analysis.gpu import ALL, BREAKDOWN_COLUMNS, cpu_steps, device_work, 
 from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.builders import write_imported_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import write_imported_run
+from tests.references import reference, union_length
 
 # Recorded traces: two A100 benchmarks, three streams with event syncs, two steps of a
 # production model on many streams, an MI250 trace with a step that launches nothing, and six
@@ -40,9 +36,6 @@ TRACES = {
     "mi250": "amd_trace",
     "lagging": "trace_diff/test",
 }
-_DEVICE_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
-
 def trace_file(name: str) -> Path:
     (found,) = (KINETO_TRACES / TRACES[name]).glob("*.json.gz")
     return found
@@ -66,98 +59,6 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> ImportedRuns:
 
 
 # --- the reference, from the raw JSON -----------------------------------------------------
-
-
-@dataclass
-class Work:
-    kind: str
-    device: str
-    start: int
-    end: int
-    launch: int | None
-
-
-def union_length(intervals: list[tuple[int, int]]) -> int:
-    """Length of a union by sweeping boundaries: covered wherever the open count is positive."""
-    edges = sorted([(s, 1) for s, e in intervals if e > s] + [(e, -1) for s, e in intervals if e > s])
-    total, open_count, since = 0, 0, 0
-    for at, step in edges:
-        if open_count > 0:
-            total += at - since
-        open_count += step
-        since = at
-    return total
-
-
-def clipped(work: list[Work], low: int, high: int, kinds: set[str]) -> list[tuple[int, int]]:
-    return [(max(w.start, low), min(w.end, high)) for w in work if w.kind in kinds]
-
-
-def quantile(values: list[int], percent: int) -> float:
-    """Linear interpolation between order statistics (``inclusive``: numpy's default)."""
-    if len(values) == 1:
-        return float(values[0])
-    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
-
-
-def expected_row(work: list[Work], owned: list[Work], low: int, high: int) -> dict[str, Any]:
-    busy = union_length(clipped(work, low, high, {"kernel", "memcpy", "memset"}))
-    kernel = union_length(clipped(work, low, high, {"kernel"}))
-    with_copies = union_length(clipped(work, low, high, {"kernel", "memcpy"}))
-    delays = [w.start - w.launch for w in owned if w.kind == "kernel" and w.launch is not None]
-    row: dict[str, Any] = {
-        "start_ns": low, "span_ns": high - low, "busy_ns": busy, "idle_ns": high - low - busy,
-        "kernel_ns": kernel, "memcpy_ns": with_copies - kernel, "memset_ns": busy - with_copies,
-        "kernels": sum(w.kind == "kernel" for w in owned),
-        "memcpys": sum(w.kind == "memcpy" for w in owned),
-        "memsets": sum(w.kind == "memset" for w in owned), "launches": len(delays),
-    }
-    if delays:
-        row.update(delay_mean_ns=statistics.fmean(delays), delay_p50_ns=quantile(delays, 50),
-                   delay_p95_ns=quantile(delays, 95), delay_max_ns=float(max(delays)))
-    return row
-
-
-def reference(path: Path) -> tuple[list[dict[str, Any]], list[Work]]:
-    """The breakdown rows of one trace, and its device work, computed from the raw JSON."""
-    trace = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
-    base = int(trace.get("baseTimeNanoseconds", 0))
-
-    def ns(us: int | Decimal) -> int:  # exact: the JSON's decimals were never floats
-        return int(Decimal(us) * 1000)
-
-    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    launches: dict[int, int] = {}
-    for e in spans:
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
-            launches.setdefault(e["args"]["correlation"], base + ns(e["ts"]))
-    work = [
-        Work(_DEVICE_CATEGORIES[e["cat"]], f"cuda:{e['args']['device']}", base + ns(e["ts"]),
-             base + ns(e["ts"]) + ns(e["dur"]), launches.get(e["args"].get("correlation")))
-        for e in spans if e.get("cat") in _DEVICE_CATEGORIES
-    ]
-    steps = sorted(
-        (base + ns(e["ts"]), base + ns(e["ts"]) + ns(e["dur"]), e["name"]) for e in spans
-        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
-    )
-
-    def owner(w: Work) -> int | None:
-        at = w.launch if w.launch is not None else w.start
-        return next((i for i, (s, e, _) in enumerate(steps) if s <= at < e), None)
-
-    rows: list[dict[str, Any]] = []
-    for device in sorted({w.device for w in work}):
-        mine = [w for w in work if w.device == device]
-        previous_end: int | None = None
-        for i, (step_start, step_end, name) in enumerate(steps):
-            owned = [w for w in mine if owner(w) == i]
-            end = max([step_end] + [w.end for w in owned])
-            start = step_start if previous_end is None else max(step_start, previous_end)
-            previous_end = end if previous_end is None else max(previous_end, end)
-            rows.append({"device": device, "step": name, **expected_row(mine, owned, min(start, end), end)})
-        first, last = min(w.start for w in mine), max(w.end for w in mine)
-        rows.append({"device": device, "step": ALL, **expected_row(mine, mine, first, last)})
-    return rows, work
 
 
 @pytest.mark.parametrize("name", list(TRACES))

@@ -41,8 +41,8 @@ from dlprof.importers.trace_file import import_traces
 from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
-from tests.analysis.test_gpu import reference, union_length
 from tests.conftest import EXAMPLES, KINETO_TRACES, dlprof_program
+from tests.references import reference, union_length
 
 RANK_TRACES = [KINETO_TRACES / "timeline_analysis" / "sampled_rank-0.json.gz",
                KINETO_TRACES / "trace_filter" / "sampled_rank-1.json.gz"]

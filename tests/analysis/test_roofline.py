@@ -19,7 +19,7 @@ from dlprof.hardware.devices import Precision, device_table
 from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
-from tests.hardware.test_devices import recorded_devices
+from tests.references import recorded_devices
 
 SQUARE = "[[1024,1024],[1024,1024]]"
 FLOATS = '["float","float"]'

@@ -6,7 +6,6 @@ self times are the store's own, not made up by the test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,69 +22,9 @@ from dlprof.analysis.tau_profile import (
     tau_profiles,
 )
 from dlprof.keys import RunStatus, StoreTable
-from dlprof.store.ids import SLOT_IMPORT, id_base
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
-
-MS = 1_000_000  # nanoseconds
-
-
-@dataclass(frozen=True)
-class Span:
-    """One slice of a hand-built run; times in milliseconds."""
-
-    name: str
-    start_ms: int
-    dur_ms: int
-    tid: int = 1
-    pid: int = 100
-    device: str = "cpu"
-    rank: int = 0
-    kind: str = "op"
-
-
-def write_run(run_dir: Path, spans: list[Span]) -> Path:
-    """Write ``spans`` as a complete run through the store's writer; returns the run directory."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ranks = sorted({s.rank for s in spans})
-    for rank in ranks:
-        mine = [s for s in spans if s.rank == rank]
-        base = id_base(rank, SLOT_IMPORT)
-        table = pa.table(
-            {
-                "id": pa.array([base + i for i in range(len(mine))], pa.int64()),
-                "pid": pa.array([s.pid for s in mine], pa.int64()),
-                "tid": pa.array([s.tid for s in mine], pa.int64()),
-                "device": [s.device for s in mine],
-                "kind": [s.kind for s in mine],
-                "name": [s.name for s in mine],
-                "start_ns": pa.array([s.start_ms * MS for s in mine], pa.int64()),
-                "dur_ns": pa.array([s.dur_ms * MS for s in mine], pa.int64()),
-            }
-        )
-        writer = RankWriter(run_dir, rank)
-        writer.write_chunk(StoreTable.SLICES, table, "test")
-        writer.compact()
-    Manifest(
-        name=run_dir.name,
-        command=["hand-built"],
-        status=RunStatus.COMPLETE,
-        ranks=ranks or [0],
-        world_size=max(1, len(ranks)),
-    ).write(run_dir)
-    return run_dir
-
-
-# main encloses a (twice, the first with b inside) and c; "late" runs after main, so the thread's
-# wall time (0..150 ms) is longer than its longest slice (100 ms).
-NESTED = [
-    Span("main", 0, 100),
-    Span("a", 10, 30),
-    Span("b", 15, 10),
-    Span("a", 50, 20),
-    Span("c", 80, 5),
-    Span("late", 120, 30),
-]
+from tests.builders import MS, NESTED, SEVERAL_TRACKS, Span, write_span_run
 
 
 def rows(functions: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -105,7 +44,7 @@ def rows(functions: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 @pytest.fixture()
 def nested_run(tmp_path: Path) -> dlprof.Run:
-    return dlprof.load(write_run(tmp_path / "nested", NESTED))
+    return dlprof.load(write_span_run(tmp_path / "nested", NESTED))
 
 
 def test_inclusive_exclusive_calls_and_subrs_follow_nesting(nested_run: dlprof.Run) -> None:
@@ -140,13 +79,13 @@ def test_time_is_a_share_of_the_thread_wall_time_not_of_its_longest_slice(
 
 def test_rows_are_sorted_by_inclusive_time_then_name(tmp_path: Path) -> None:
     spans = [*NESTED, Span("aa_tie", 200, 30)]  # ties "late" at 30 ms: name breaks the tie
-    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", spans)))
     assert profile.functions["name"].tolist() == ["main", "a", "aa_tie", "late", "b", "c"]
 
 
 def test_direct_recursion_counts_the_outermost_activation_only(tmp_path: Path) -> None:
     spans = [Span("f", 0, 100), Span("f", 10, 50), Span("f", 20, 20), Span("g", 30, 5)]
-    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", spans)))
     f = rows(profile.functions)["f"]
     # Summing every activation would give 170 ms; the inner two lie within the outer one.
     assert f["incl"] == 100.0
@@ -162,7 +101,7 @@ def test_indirect_recursion_through_another_name_is_not_double_counted(tmp_path:
         Span("f", 0, 100), Span("h", 10, 80), Span("f", 20, 40),  # f -> h -> f
         Span("f", 200, 10),  # a second, separate outermost activation
     ]
-    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", spans)))
     table = rows(profile.functions)
     assert table["f"]["incl"] == 110.0
     assert table["f"]["calls"] == 3
@@ -173,21 +112,12 @@ def test_indirect_recursion_through_another_name_is_not_double_counted(tmp_path:
 def test_a_name_nested_under_a_different_name_twice_counts_both(tmp_path: Path) -> None:
     # Siblings of one name are not recursion: both add to the inclusive time.
     spans = [Span("outer", 0, 100), Span("x", 10, 20), Span("x", 40, 20)]
-    (profile,) = tau_profiles(dlprof.load(write_run(tmp_path / "run", spans)))
+    (profile,) = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", spans)))
     assert rows(profile.functions)["x"]["incl"] == 40.0
 
 
-SEVERAL_TRACKS = [
-    Span("x", 0, 10, tid=1),
-    Span("y", 20, 10, tid=1),
-    Span("x", 5, 30, tid=2),  # a second thread of the same process, starting later
-    Span("kernel", 2, 4, tid=7, device="cuda:0", kind="kernel"),  # a GPU stream
-    Span("x", 0, 50, tid=1, rank=1),
-]
-
-
 def test_one_profile_per_rank_and_thread_cpu_threads_first(tmp_path: Path) -> None:
-    profiles = tau_profiles(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
+    profiles = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", SEVERAL_TRACKS)))
     found = [(p.rank, p.thread, p.tid, p.device, p.wall_ns // MS) for p in profiles]
     # As TAU numbers them: CPU threads by first activity, then GPU streams, though the stream
     # started before the second thread.
@@ -202,14 +132,14 @@ def test_one_profile_per_rank_and_thread_cpu_threads_first(tmp_path: Path) -> No
 
 
 def test_rank_selects_one_rank(tmp_path: Path) -> None:
-    run = dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS))
+    run = dlprof.load(write_span_run(tmp_path / "run", SEVERAL_TRACKS))
     (only,) = tau_profiles(run, rank=1)
     assert (only.rank, only.thread) == (1, 0)
     assert tau_profiles(run, rank=5) == []
 
 
 def test_total_and_mean_summaries_merge_threads_by_name(tmp_path: Path) -> None:
-    profiles = tau_profiles(dlprof.load(write_run(tmp_path / "run", SEVERAL_TRACKS)))
+    profiles = tau_profiles(dlprof.load(write_span_run(tmp_path / "run", SEVERAL_TRACKS)))
     total, mean = function_summaries(profiles)
     assert (total.kind, mean.kind) == (SummaryKind.TOTAL, SummaryKind.MEAN)
     assert total.threads == mean.threads == 4
@@ -271,7 +201,7 @@ def test_repeated_ids_within_a_rank_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_run_without_slices_has_no_profiles(tmp_path: Path) -> None:
-    assert tau_profiles(dlprof.load(write_run(tmp_path / "empty", []))) == []
+    assert tau_profiles(dlprof.load(write_span_run(tmp_path / "empty", []))) == []
 
 
 def test_real_cnn_run_tables_agree_with_its_slices(cnn_run: Path) -> None:

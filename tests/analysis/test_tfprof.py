@@ -5,95 +5,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.tfprof import MEASURES, op_view, percent_columns
-from dlprof.importers.trace_file import import_traces
-from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey, StoreTable
-from dlprof.store.manifest import Manifest
-from dlprof.store.writer import RankWriter
-from tests.analysis.test_aggregate import op
-
-
-def write_run(directory: Path, slices: list[dict[str, object]],
-              memory: list[dict[str, object]] | None = None) -> dlprof.Run:
-    """A complete one-rank run of the given slice (and memory) rows."""
-    Manifest(name="t", command=["t"]).write(directory)
-    writer = RankWriter(directory, 0)
-    for table, rows in ((StoreTable.SLICES, slices), (StoreTable.MEMORY, memory or [])):
-        if rows:
-            writer.write_chunk(table, pa.table({key: [row.get(key) for row in rows] for key in rows[0]}), "test")
-    writer.compact()
-    return dlprof.load(directory)
+from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
+from tests.builders import imported_tensorflow_run, op, write_rows_run
+from tests.references import Walk, expected_costs
 
 
 def allocation(slice_id: int, size: int, ts: int) -> dict[str, object]:
     return {"pid": 1, "tid": 1, "device": "cpu", "ts_ns": ts, "bytes": size, "slice_id": slice_id}
-
-
-class Walk:
-    """The run's nesting as plain dictionaries, walked one parent at a time (the view walks it
-    vectorised; this is the slow, obvious way)."""
-
-    def __init__(self, run: dlprof.Run) -> None:
-        rows = run.slices[["id", "parent_id", "kind", "name", "dur_ns"]].to_dict("records")
-        self.rows: dict[int, dict[str, Any]] = {int(r["id"]): r for r in rows}
-
-    def parent(self, slice_id: int) -> int | None:
-        parent = self.rows[slice_id]["parent_id"]
-        return None if pd.isna(parent) or int(parent) not in self.rows else int(parent)
-
-    def enclosing(self, slice_id: int, kind: str, include_self: bool = False) -> int | None:
-        current: int | None = slice_id if include_self else self.parent(slice_id)
-        while current is not None and self.rows[current]["kind"] != kind:
-            current = self.parent(current)
-        return current
-
-    def ancestors(self, slice_id: int) -> list[int]:
-        """From the outermost slice down to the direct parent."""
-        chain = []
-        current = self.parent(slice_id)
-        while current is not None:
-            chain.append(current)
-            current = self.parent(current)
-        return chain[::-1]
-
-    def ops(self) -> list[int]:
-        return [i for i, r in self.rows.items() if r["kind"] == Kind.OP]
-
-
-def expected_costs(run: dlprof.Run) -> dict[int, dict[str, int]]:
-    """Per op id: cpu (its duration less the ops directly nested in it), device (kernels,
-    memcpy, memset linked to it through their runtime call) and requested bytes."""
-    walk = Walk(run)
-    costs = {i: {"cpu": int(walk.rows[i]["dur_ns"]), "device": 0, "bytes": 0} for i in walk.ops()}
-    for i in walk.ops():
-        outer = walk.enclosing(i, Kind.OP)
-        if outer is not None:
-            costs[outer]["cpu"] -= int(walk.rows[i]["dur_ns"])
-    slices = run.slices
-    runtime = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
-    caller = {(r, c): p for r, c, p in zip(runtime["rank"], runtime["correlation_id"], runtime["parent_id"], strict=True)}
-    device = slices[slices["kind"].isin([str(k) for k in DEVICE_KINDS])]
-    for rank, correlation, dur in zip(device["rank"], device["correlation_id"], device["dur_ns"], strict=True):
-        launcher = caller.get((rank, correlation))
-        if launcher is not None and not pd.isna(launcher):
-            owner = walk.enclosing(int(launcher), Kind.OP, include_self=True)
-            if owner is not None:
-                costs[owner]["device"] += int(dur)
-    memory = run.memory
-    for slice_id, size in zip(memory["slice_id"], memory["bytes"], strict=True):
-        if size > 0 and not pd.isna(slice_id) and int(slice_id) in walk.rows:
-            owner = walk.enclosing(int(slice_id), Kind.OP, include_self=True)
-            if owner is not None:
-                costs[owner]["bytes"] += int(size)
-    return costs
 
 
 def expected_by_type(run: dlprof.Run) -> dict[str, dict[str, int]]:
@@ -185,7 +110,7 @@ def test_sorting_by_device_time_needs_device_activity(cnn_run: Path) -> None:
 def test_recorded_types_group_ops_and_nested_ops_are_not_counted_twice(tmp_path: Path) -> None:
     # Two MatMul ops under different names (as TensorFlow names them by scope), an op nested in
     # another, allocations by an op and by a non-op slice inside an op.
-    run = write_run(tmp_path, [
+    run = write_rows_run(tmp_path, [
         op(1, "dense/MatMul", 0, 100, op_type="MatMul"),
         op(2, "dense_1/MatMul", 200, 50, op_type="MatMul"),
         op(3, "aten::linear", 300, 100),
@@ -210,12 +135,6 @@ def test_one_rank_of_two(two_rank_run: Path) -> None:
     both, first = op_view(run).set_index("name"), op_view(run, rank=0).set_index("name")
     for column in ("occurrence", "total_ns", "device_ns", "cpu_ns"):
         assert (both[column] == 2 * first.loc[both.index, column]).all()
-
-
-def imported_tensorflow_run(tf_profile: Path, directory: Path) -> dlprof.Run:
-    """TensorFlow's own profile of a Keras model, imported: ops carry their types and scopes."""
-    import_traces([tf_profile], directory)
-    return dlprof.load(directory)
 
 
 @pytest.mark.tf

@@ -16,8 +16,8 @@ from dlprof.analysis.tfprof import op_view
 from dlprof.analysis.trees import code_tree, frame_label, scope_tree, tree
 from dlprof.analysis.user_code import is_launcher_frame, user_label
 from dlprof.keys import Kind, TreeView
-from tests.analysis.test_aggregate import op
-from tests.analysis.test_tfprof import Walk, expected_costs, imported_tensorflow_run, write_run
+from tests.builders import imported_tensorflow_run, op, write_rows_run
+from tests.references import Walk, expected_costs
 
 
 def build_model() -> object:
@@ -132,7 +132,7 @@ def test_tree_shape_depth_and_minimum_share(cnn_run: Path) -> None:
 
 def test_recorded_name_scopes(tmp_path: Path) -> None:
     # TensorFlow-style ops: the scope is recorded on each op; unscoped ops stay at the root.
-    run = write_run(tmp_path, [
+    run = write_rows_run(tmp_path, [
         op(1, "sequential/dense/MatMul", 0, 100, op_type="MatMul", scope="sequential/dense"),
         op(2, "sequential/dense/BiasAdd", 100, 20, op_type="BiasAdd", scope="sequential/dense"),
         op(3, "sequential/dense_1/MatMul", 200, 50, op_type="MatMul", scope="sequential/dense_1"),

@@ -3,12 +3,7 @@ from the raw JSON, and the counter-based ranking on a run whose counters the tes
 
 from __future__ import annotations
 
-import gzip
-import json
-import math
-import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,9 +19,9 @@ from dlprof.analysis.tuning import (
     tuning_candidates,
 )
 from dlprof.store.reader import Run
-from tests.analysis.test_derived import (
+from tests.builders import (
     A100,
-    HAND_BUILT,
+    COUNTED,
     Kernel,
     counters,
     cupti_profiler_trace,
@@ -34,61 +29,24 @@ from tests.analysis.test_derived import (
     write_counter_run,
 )
 from tests.conftest import KINETO_TRACES
+from tests.references import expected_scores
 
 
-def trace_path(scenario: str) -> Path:
+def kineto_trace(scenario: str) -> Path:
     (found,) = (KINETO_TRACES / scenario).glob("*.json.gz")
     return found
 
 
 @pytest.fixture(scope="module")
 def simple_add(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    path = trace_path("critical_path/simple_add")
+    path = kineto_trace("critical_path/simple_add")
     return dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "add", path))
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    path = trace_path("triton_example")
+    path = kineto_trace("triton_example")
     return dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "triton", path))
-
-
-def expected_scores(path: Path) -> dict[str, float]:
-    """Each kernel name's launch-configuration score, from the raw trace and the documented rules.
-
-    Occupancy is time-weighted over calls, registers the most of any call, the grid the median
-    blocks, the launch the shortest runtime call with the kernel's correlation id; the device is
-    an A100 (108 SMs, 2048 threads and 65536 registers per SM).
-    """
-    with gzip.open(path) as file:
-        events = json.load(file)["traceEvents"]
-    launches: dict[int, float] = {}
-    for event in events:
-        if event.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in event.get("args", {}):
-            launches[event["args"]["correlation"]] = event["dur"]
-    calls: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        if event.get("cat") == "kernel":
-            calls.setdefault(event["name"], []).append(event)
-    scores = {}
-    for name, found in calls.items():
-        time_us = sum(e["dur"] for e in found)
-        weight = 0.0
-        occupancy = sum(e["args"]["est. achieved occupancy %"] * e["dur"] for e in found) / time_us
-        if occupancy < 50:
-            weight += (50 - occupancy) / 50
-        registers = max(e["args"]["registers per thread"] for e in found)
-        if registers > 64:
-            weight += 1 - min(1.0, math.floor(65536 / (registers * 32)) * 32 / 2048)
-        blocks = statistics.median(math.prod(e["args"]["grid"]) for e in found)
-        if blocks < 108:
-            weight += (108 - blocks) / 108
-        threshold = max(5.0, min(launches[e["args"]["correlation"]] for e in found))
-        if time_us / len(found) < threshold:
-            weight += 1 - time_us / len(found) / threshold
-        if weight:
-            scores[name] = weight * time_us / 1000
-    return scores
 
 
 def test_simple_add_is_ranked_by_time_times_launch_signals(simple_add: Run) -> None:
@@ -96,7 +54,7 @@ def test_simple_add_is_ranked_by_time_times_launch_signals(simple_add: Run) -> N
     assert found.basis is Basis.LAUNCH
     table = found.table
     assert list(table.columns) == CANDIDATE_COLUMNS
-    want = expected_scores(trace_path("critical_path/simple_add"))
+    want = expected_scores(kineto_trace("critical_path/simple_add"))
     assert set(table["name"]) == set(want)
     for name, score in zip(table["name"], table["score"], strict=True):
         assert score == pytest.approx(want[name], rel=1e-6), name
@@ -129,14 +87,7 @@ def test_triton_kernel_one_block_and_short(triton: Run) -> None:
     assert row["rules"] == ["low-occupancy", "small-grid", "short-kernel"]  # 16 registers: fine
     assert "grid of 1 block on 108 SMs: 107 SMs idle" in row["reasons"]
     assert "1.8 us per call, less than the 47.8 us its launch call takes" in row["reasons"][2]
-    assert row["score"] == pytest.approx(expected_scores(trace_path("triton_example"))[row["name"]])
-
-
-# Three kernels with counters: "gemm" takes the time, "relu" has the worst ratios, "copy" none.
-COUNTED = [
-    *HAND_BUILT,
-    Kernel("copy", 50, grid="[4,1,1]", occupancy=10.0, registers=32),
-]
+    assert row["score"] == pytest.approx(expected_scores(kineto_trace("triton_example"))[row["name"]])
 
 
 @pytest.fixture(scope="module")

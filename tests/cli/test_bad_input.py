@@ -85,7 +85,7 @@ def test_chunk_only_run_still_reads(tmp_path: Path, cnn_run: Path) -> None:
 
 
 def small_run(run_dir: Path) -> Path:
-    from tests.store.test_damaged_runs import write_small_run
+    from tests.builders import write_small_run
 
     return write_small_run(run_dir)
 

@@ -17,8 +17,8 @@ from dlprof.cli.main import main
 from dlprof.config import RUNS_DIR
 from dlprof.keys import Kind
 from dlprof.viewers.terminal import short_name
-from tests.analysis.test_diff import raw_trace
 from tests.conftest import dlprof_program
+from tests.references import raw_trace
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

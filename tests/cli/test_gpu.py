@@ -18,8 +18,8 @@ from dlprof.cli.main import main
 from dlprof.keys import RunStatus
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.builders import simple_add_trace, write_imported_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import simple_add_trace, write_imported_run
 
 
 def only_trace(folder: str) -> Path:

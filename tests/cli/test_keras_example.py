@@ -12,8 +12,16 @@ import pytest
 import dlprof
 from dlprof.keys import RunStatus
 from tests.conftest import dlprof_program
-from tests.importers.test_xplane import all_events, dense_scopes, op_events, ops_matching_the_profile
-from tests.tensorflow_runs import EXAMPLE, Event, tensorflow, xplane_files
+from tests.tensorflow_runs import (
+    EXAMPLE,
+    Event,
+    all_events,
+    dense_scopes,
+    op_events,
+    ops_matching_the_profile,
+    tensorflow,
+    xplane_files,
+)
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

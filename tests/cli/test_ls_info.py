@@ -16,7 +16,7 @@ from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.catalog import COLUMNS, UNREADABLE, list_runs, script_of
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
-from tests.store.test_store import slices
+from tests.builders import slice_table
 
 SECOND = 1_000_000_000
 
@@ -45,8 +45,8 @@ def runs(cnn_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     Manifest(name="c-killed", command=["python", "train.py", "--config", "other.py"],
              status=RunStatus.RUNNING, start_ns=start + 20 * SECOND, writer_pid=dead_pid()).write(killed)
     writer = RankWriter(killed, 0)
-    writer.write_chunk(StoreTable.SLICES, slices([(1, 1, "step", "s", 0, 100)]), "a")
-    writer.write_chunk(StoreTable.SLICES, slices([(2, 1, "op", "o", 10, 20)]), "b")
+    writer.write_chunk(StoreTable.SLICES, slice_table([(1, 1, "step", "s", 0, 100)]), "a")
+    writer.write_chunk(StoreTable.SLICES, slice_table([(2, 1, "op", "o", 10, 20)]), "b")
 
     (parent / "not-a-run").mkdir()  # no run.json: not listed
     return parent

@@ -11,17 +11,15 @@ import pytest
 
 from dlprof.cli.main import main
 from dlprof.importers.kineto_rows import UNNAMED_RANGE
-from tests.analysis.test_derived import (
+from tests.builders import (
     HAND_BUILT,
     cupti_profiler_trace,
-    expected,
     import_trace_run,
-    raw_flops,
-    raw_ranges,
+    simple_add_trace,
     write_counter_run,
 )
 from tests.conftest import dlprof_program
-from tests.exporters.conftest import simple_add_trace
+from tests.references import expected, raw_flops, raw_ranges
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from dlprof.cli.main import main
 from dlprof.viewers.tau_profile_text import HEADER, RULE, format_row, tau_time
-from tests.analysis.test_tau_profile import MS, NESTED, SEVERAL_TRACKS, Span, write_run
+from tests.builders import MS, NESTED, SEVERAL_TRACKS, Span, write_span_run
 
 
 @pytest.fixture()
@@ -84,7 +84,7 @@ def test_prints_one_tau_block_for_the_real_cnn_run(
 
 
 def test_hand_built_run_prints_tau_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = write_run(tmp_path / "nested", NESTED)
+    run = write_span_run(tmp_path / "nested", NESTED)
     code, out, _ = run_cli(["pprof", str(run), "--wide"], capsys)
     assert code == 0
     assert out.splitlines()[-5:] == [
@@ -100,7 +100,7 @@ def test_hand_built_run_prints_tau_rows(tmp_path: Path, capsys: pytest.CaptureFi
 def test_several_threads_get_a_block_each_then_total_and_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = write_run(tmp_path / "tracks", SEVERAL_TRACKS)
+    run = write_span_run(tmp_path / "tracks", SEVERAL_TRACKS)
     code, out, _ = run_cli(["pprof", str(run), "--wide"], capsys)
     assert code == 0
     headers = [line for line in out.splitlines() if line.startswith(("NODE", "FUNCTION"))]
@@ -119,7 +119,7 @@ def test_several_threads_get_a_block_each_then_total_and_mean(
 
 
 def test_rank_option_keeps_one_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = write_run(tmp_path / "tracks", SEVERAL_TRACKS)
+    run = write_span_run(tmp_path / "tracks", SEVERAL_TRACKS)
     code, out, _ = run_cli(["pprof", str(run), "--rank", "1"], capsys)
     assert code == 0
     assert "NODE 1;CONTEXT 0;THREAD 0:" in out
@@ -129,7 +129,7 @@ def test_rank_option_keeps_one_node(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_unknown_rank_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = write_run(tmp_path / "tracks", SEVERAL_TRACKS)
+    run = write_span_run(tmp_path / "tracks", SEVERAL_TRACKS)
     code, out, err = run_cli(["pprof", str(run), "--rank", "9"], capsys)
     assert code == 2 and out == ""
     assert err == f"dlprof: error: {run}: no rank 9; this run has ranks: 0, 1\n"
@@ -138,7 +138,7 @@ def test_unknown_rank_is_a_one_line_error(
 def test_limit_folds_the_rest_into_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = write_run(tmp_path / "nested", NESTED)
+    run = write_span_run(tmp_path / "nested", NESTED)
     code, out, _ = run_cli(["pprof", str(run), "--limit", "2", "--wide"], capsys)
     assert code == 0
     body = out.split(RULE + "\n")[-1].splitlines()
@@ -149,7 +149,7 @@ def test_limit_folds_the_rest_into_others(
 def test_a_run_without_slices_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = write_run(tmp_path / "empty", [])
+    run = write_span_run(tmp_path / "empty", [])
     code, _, err = run_cli(["pprof", str(run)], capsys)
     assert code == 2
     assert err == f"dlprof: error: {run}: the run holds no slices (complete)\n"
@@ -178,7 +178,7 @@ def test_as_a_program_a_missing_run_exits_2_without_traceback(
 
 
 def test_as_a_program_prints_the_profile(tmp_path: Path, program: Path) -> None:
-    run = write_run(tmp_path / "nested", [Span("only", 0, 2)])
+    run = write_span_run(tmp_path / "nested", [Span("only", 0, 2)])
     done = subprocess.run(
         [str(program), "pprof", str(run)], check=False, capture_output=True, text=True,
         timeout=120,

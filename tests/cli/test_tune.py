@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from dlprof.cli.main import main
-from tests.analysis.test_derived import cupti_profiler_trace, import_trace_run, write_counter_run
-from tests.analysis.test_tuning import COUNTED, expected_scores, trace_path
+from tests.builders import COUNTED, cupti_profiler_trace, import_trace_run, kineto_trace, write_counter_run
 from tests.conftest import dlprof_program
+from tests.references import expected_scores
 
 
 @pytest.fixture(scope="module")
 def simple_add(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return import_trace_run(tmp_path_factory.mktemp("runs") / "add", trace_path("critical_path/simple_add"))
+    return import_trace_run(tmp_path_factory.mktemp("runs") / "add", kineto_trace("critical_path/simple_add"))
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -42,7 +42,7 @@ def test_json_ranking(simple_add: Path, capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = run_cli(["tune", str(simple_add), "--format", "json", "-n", "0"], capsys)
     assert code == 0
     rows = json.loads(out)
-    want = expected_scores(trace_path("critical_path/simple_add"))
+    want = expected_scores(kineto_trace("critical_path/simple_add"))
     assert [row["name"] for row in rows] == sorted(want, key=lambda n: (-want[n], n))
     assert [row["rank"] for row in rows] == list(range(1, len(rows) + 1))
     for row in rows:

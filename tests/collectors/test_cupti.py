@@ -43,9 +43,7 @@ from dlprof.schedule import Action
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
-
-HAS_CUPTI = importlib.util.find_spec("cupti") is not None
-needs_cupti = pytest.mark.skipif(not HAS_CUPTI, reason="cupti-python is not installed (dlprof[gpu])")
+from tests.conftest import HAS_CUPTI, needs_cupti
 
 LAUNCH_CBID = 211  # any number: the test names it through the api_name map
 

@@ -36,7 +36,7 @@ from dlprof.store.sample_attribution import attribute_samples
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
-from tests.collectors.test_cupti import HAS_CUPTI, needs_cupti
+from tests.conftest import HAS_CUPTI, needs_cupti
 
 
 def test_gpu_metric_names_are_told_from_cpu_counters() -> None:

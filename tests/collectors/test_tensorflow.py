@@ -21,15 +21,19 @@ from dlprof.keys import RunStatus
 from dlprof.runner import Target, run_target
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.import_watch import when_imported
-from tests.exporters.test_chrome import EXPECTED_CATEGORY
-from tests.exporters.test_perfetto import export
-from tests.importers.test_xplane import all_events, dense_scopes, op_events, op_name, ops_matching_the_profile
+from tests.exporters.perfetto_trace import export
+from tests.references import EXPECTED_CATEGORY
 from tests.tensorflow_runs import (
     BATCH,
     BATCHES,
     EPOCHS,
     EXAMPLE,
+    all_events,
+    dense_scopes,
     example_model,
+    op_events,
+    op_name,
+    ops_matching_the_profile,
     xplane_files,
 )
 

@@ -46,9 +46,9 @@ def test_batches_stream_a_table(two_rank_run: Path) -> None:
 
 
 def test_a_run_never_compacted_is_read_from_its_chunks_and_nested(tmp_path: Path) -> None:
-    from tests.store.test_store import write_run
+    from tests.builders import write_uncompacted_run
 
-    write_run(tmp_path)  # a step (id 1) and an op in it (id 2), in two chunks
+    write_uncompacted_run(tmp_path)  # a step (id 1) and an op in it (id 2), in two chunks
     found = dlprof.load(tmp_path).query("SELECT name, depth, parent_id, self_ns FROM slices ORDER BY id").rows
     assert found == [("s", 0, None, 80), ("o", 1, 1, 20)]
 

@@ -17,38 +17,8 @@ from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import SLOT_IMPORT, id_base
 from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
+from tests.builders import write_imported_run
 from tests.conftest import KINETO_TRACES
-
-
-def simple_add_trace() -> Path:
-    """The recorded A100 trace."""
-    (found,) = (KINETO_TRACES / "critical_path" / "simple_add").glob("*.json.gz")
-    return found
-
-
-def write_imported_run(run_dir: Path, trace_path: Path, ranks: tuple[int, ...]) -> Path:
-    """A complete run holding ``trace_path`` imported once for each of ``ranks``."""
-    trace = read_trace(trace_path)
-    counts: dict[str, int] = {}
-    for rank in ranks:
-        tables = convert_trace(trace, KinetoOptions(id_base=id_base(rank, SLOT_IMPORT)))
-        writer = RankWriter(run_dir, rank)
-        writer.write_chunk(StoreTable.SLICES, tables.slices, "import")
-        writer.write_chunk(StoreTable.MEMORY, tables.memory, "import")
-        writer.write_chunk(StoreTable.COUNTERS, tables.counters, "import")
-        rank_counts, _ = writer.compact()
-        for table, rows in rank_counts.items():
-            counts[table] = counts.get(table, 0) + rows
-    Manifest(
-        name=run_dir.name,
-        command=["python3.10", trace_path.name],
-        status=RunStatus.COMPLETE,
-        devices=trace.get("deviceProperties", []),
-        ranks=list(ranks),
-        world_size=len(ranks),
-        counts=counts,
-    ).write(run_dir)
-    return run_dir
 
 
 @pytest.fixture

@@ -19,21 +19,8 @@ from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
 from dlprof.store.writer import RankWriter
-
-# What each kind must be called in Kineto's layout; written out here, not taken from the module.
-EXPECTED_CATEGORY = {
-    "op": "cpu_op",
-    "module": "python_function",
-    "region": "user_annotation",
-    "step": "user_annotation",
-    "user_annotation": "user_annotation",
-    "data_wait": "user_annotation",  # the loop waiting for a batch: a range, as torch records it
-    "kernel": "kernel",
-    "memcpy": "gpu_memcpy",
-    "memset": "gpu_memset",
-    "runtime": "cuda_runtime",
-    "cuda_sync": "cuda_sync",  # not a dlprof kind: the recorded trace's own Kineto category
-}
+from tests.builders import counted_run
+from tests.references import EXPECTED_CATEGORY, expected_rates
 
 
 def export(run_dir: Path, out: Path) -> tuple[Run, dict[str, Any]]:
@@ -278,32 +265,6 @@ def test_a_foreign_traces_extra_arguments_are_kept(tmp_path: Path) -> None:
     assert events["cuLaunchKernel"]["cat"] == "cuda_driver" and events["cuLaunchKernel"]["pid"] == 10
     assert events["f"]["args"] == {"nested": {"a": [1, 2]}} and events["f"]["cat"] == "blink"
     assert trace["baseTimeNanoseconds"] == 5_000_000_000 and events["cuLaunchKernel"]["ts"] == 0.0
-
-
-def counted_run(out: Path) -> Path:
-    """Three steps (and a region in each) with two CPU counters, each step doing more work."""
-    from dlprof.support.perf_event import PerfCounters
-
-    probe = PerfCounters(["task-clock", "page-faults"])
-    probe.close()
-    if probe.failed:
-        pytest.skip(f"perf_event_open cannot count here: {probe.failed}")
-    with dlprof.profile(out=out, collectors=("host",), counters=["task-clock", "page-faults"]) as prof:
-        for size in (1, 2, 3):
-            with dlprof.region("work"):
-                sum(range(100_000 * size))
-            prof.step()
-    return out
-
-
-def expected_rates(run: Run, kind: str) -> dict[str, list[tuple[int, float]]]:
-    """Per metric: (slice start, delta per second of the slice) for each counted ``kind`` slice."""
-    rows = run.metrics.merge(run.slices, left_on="slice_id", right_on="id")
-    rows = rows[rows["kind"] == kind].sort_values("start_ns")
-    return {
-        str(metric): [(int(r.start_ns), r.value * 1e9 / r.dur_ns) for r in group.itertuples()]
-        for metric, group in rows.groupby(rows["metric"].astype(str))
-    }
 
 
 def test_cpu_counters_per_step_and_region_are_rate_tracks(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import dlprof
 from dlprof.exporters.chrome import ChromeExporter
-from tests.exporters.conftest import simple_add_trace
+from tests.builders import simple_add_trace
 from tests.peers.hta import hta_figures, hta_python
 
 __all__ = ["hta_python"]  # the fixture, used by name

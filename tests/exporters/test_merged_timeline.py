@@ -15,7 +15,7 @@ from dlprof.cli.main import main
 from dlprof.exporters.chrome import ChromeExporter
 from dlprof.exporters.chrome_rank import RANK_PID_STRIDE
 from dlprof.store.manifest import RANK0_CLOCK, ClockDomain, Manifest
-from tests.exporters.test_perfetto import export as perfetto_export
+from tests.exporters.perfetto_trace import export as perfetto_export
 
 SKEW_NS = 2_500_000_000  # rank 1's clock runs this far ahead of rank 0's
 

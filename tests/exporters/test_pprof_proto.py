@@ -31,7 +31,7 @@ from dlprof.exporters.protobuf_wire import Message, varint
 from dlprof.exporters.registry import exporter_for_path
 from dlprof.keys import StoreTable
 from dlprof.store.reader import Run
-from tests.exporters.stack_times import stack_self_ns
+from tests.references import stack_self_ns
 
 _F = descriptor_pb2.FieldDescriptorProto
 # profile.proto: (message, [(field, number, type, repeated, message type)]).

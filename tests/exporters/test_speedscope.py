@@ -23,7 +23,7 @@ from dlprof.cli.main import main
 from dlprof.exporters.registry import exporter_for_path
 from dlprof.exporters.speedscope import SCHEMA_URL, SpeedscopeExporter
 from dlprof.store.reader import Run
-from tests.exporters.stack_times import stack_self_ns
+from tests.references import stack_self_ns
 
 jsonschema = pytest.importorskip("jsonschema", reason="needs jsonschema (the `test` extra)")
 

@@ -36,9 +36,8 @@ from dlprof.keys import StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
 from dlprof.store.writer import RankWriter
-from tests.analysis.test_tau_profile import MS, Span, write_run
+from tests.builders import MS, Span, write_imported_run, write_span_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import write_imported_run
 
 PPROF_BUFFER = 64 * 1024  # pprof's SIZE_OF_LINE: fgets keeps the line end and a NUL in it
 PROFILE = re.compile(r"profile\.(\d+)\.(\d+)\.(\d+)")
@@ -404,7 +403,7 @@ def test_metric_exclusive_is_value_less_children(cnn_run: Path, tmp_path: Path) 
 def test_ops_share_the_value_of_the_layer_measured_around_them(tmp_path: Path) -> None:
     """Counters measured per layer and step, not per op: an op gets its share of what its layer
     measured, by time, and the layer's exclusive value is its own share, as its time is."""
-    run_dir = write_run(tmp_path / "layers", [
+    run_dir = write_span_run(tmp_path / "layers", [
         Span("step", 0, 200, kind="step"),
         Span("conv", 0, 100, kind="module"),
         Span("aten::conv2d", 10, 20),
@@ -433,7 +432,7 @@ def test_ops_share_the_value_of_the_layer_measured_around_them(tmp_path: Path) -
 
 def test_ranks_are_numbered_nodes_from_zero(tmp_path: Path) -> None:
     # The traces of ranks 2 and 3 imported into one run: TAU's pprof reads node 0 first.
-    run_dir = write_run(tmp_path / "ranks", [Span("a", 0, 10, rank=3), Span("b", 0, 20, rank=2),
+    run_dir = write_span_run(tmp_path / "ranks", [Span("a", 0, 10, rank=3), Span("b", 0, 20, rank=2),
                                              Span("c", 5, 5, rank=2, tid=2)])
     profiles = export(run_dir, tmp_path / "ranks.tau")[""]
     assert sorted(profiles) == [(0, 0), (0, 1), (1, 0)]
@@ -458,7 +457,7 @@ def test_steps_add_up_in_callpaths(cnn_run: Path, tmp_path: Path) -> None:
 
 def test_names_no_reader_can_break(tmp_path: Path) -> None:
     long_a, long_b = "k" * 5000 + "a", "k" * 5000 + "b"
-    run_dir = write_run(tmp_path / "run", [
+    run_dir = write_span_run(tmp_path / "run", [
         Span('say "hi"', 0, 100),
         Span("tab\there", 10, 50),
         Span("new\nline\rand\x07bell", 20, 10),
@@ -486,14 +485,14 @@ def test_names_no_reader_can_break(tmp_path: Path) -> None:
 
 def test_overlong_callpaths_keep_their_innermost_names(tmp_path: Path) -> None:
     spans = [Span(f"{depth:02d}" + "n" * 1990, depth, 100 - 2 * depth) for depth in range(40)]
-    run_dir = write_run(tmp_path / "deep", spans)
+    run_dir = write_span_run(tmp_path / "deep", spans)
     [profiles] = export(run_dir, tmp_path / "deep.tau").values()  # the reader checks line lengths
     deepest = max(profiles[(0, 0)].callpaths(), key=lambda p: p.rsplit(" => ", 1)[1])
     assert deepest.endswith(spans[-1].name) and not deepest.startswith(spans[0].name)
 
 
 def test_recursion_counts_the_outermost_activation(tmp_path: Path) -> None:
-    run_dir = write_run(tmp_path / "recursive", [Span("f", 0, 100), Span("f", 10, 50), Span("f", 20, 10)])
+    run_dir = write_span_run(tmp_path / "recursive", [Span("f", 0, 100), Span("f", 10, 50), Span("f", 20, 10)])
     [profiles] = export(run_dir, tmp_path / "f.tau").values()
     us = MS / 1000
     app = APPLICATION

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import pytest
 
 from dlprof.hardware.devices import Origin, Precision, Vendor, device_table, normalised
-from tests.conftest import KINETO_TRACES
+from tests.references import recorded_devices
 
 REQUIRED = ["A100 SXM4 40GB", "A100 SXM4 80GB", "H100 SXM5 80GB", "H100 PCIe 80GB", "H200 SXM 141GB",
             "V100 SXM2", "L4", "T4", "MI250 (one GCD)", "MI300X"]
-
-
-def recorded_devices(folder: str) -> list[dict[str, object]]:
-    """The deviceProperties a recorded Kineto trace carries."""
-    (path,) = (KINETO_TRACES / folder).glob("*.json.gz")
-    with gzip.open(path, "rt") as trace:
-        properties: list[dict[str, object]] = json.load(trace)["deviceProperties"]
-    return properties
 
 
 def test_every_required_row_is_present_complete_and_cited() -> None:

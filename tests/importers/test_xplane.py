@@ -3,7 +3,6 @@ protobuf modules to compute what dlprof's tables must hold."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -21,36 +20,18 @@ from dlprof.importers.xplane import read_xspace as dlprof_read_xspace
 from dlprof.importers.xplane_stats import fold_id
 from dlprof.keys import RunStatus
 from tests.conftest import dlprof_program
-from tests.tensorflow_runs import BATCHES, Event, events, read_xspace, tensorflow
+from tests.tensorflow_runs import (
+    BATCHES,
+    dense_scopes,
+    events,
+    op_events,
+    op_name,
+    ops_matching_the_profile,
+    read_xspace,
+    tensorflow,
+)
 
 pytestmark = pytest.mark.tf
-
-CALL_PREFIX = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")
-
-
-def op_events(paths: Path | list[Path]) -> list[Event]:
-    """TensorFlow op events as the profiles mark them: ``name:Type`` with the type as display
-    name (of every profile given: a run saved more than once has one per save)."""
-    return [e for e in all_events(paths) if e.display_name and e.name.endswith(":" + e.display_name)
-            and e.duration_ps > 0]
-
-
-def all_events(paths: Path | list[Path]) -> list[Event]:
-    """The host events of one profile, or of each of several."""
-    return [e for path in ([paths] if isinstance(paths, Path) else paths) for e in events(read_xspace(path))]
-
-
-def op_name(event: Event) -> str:
-    return CALL_PREFIX.sub("", event.name[: -len(event.display_name) - 1])
-
-
-def ops_matching_the_profile(run: dlprof.Run, xplane: Path | list[Path]) -> pd.DataFrame:
-    """The run's op slices, after checking they are the profile's op events (name, raw type)."""
-    expected = Counter((op_name(e), e.display_name) for e in op_events(xplane))
-    ops = run.slices[run.slices.kind == "op"]
-    assert Counter(zip(ops.name, ops.category, strict=True)) == expected
-    return ops
-
 
 def profile_start(path: Path) -> int:
     [task] = [p for p in read_xspace(path).planes if p.name == "Task Environment"]
@@ -93,12 +74,6 @@ def test_scopes_and_times(tf_profile: Path, imported: dlprof.Run) -> None:
     assert ops[~ops.name.str.contains("/")].scope.isna().all()
     [clock] = [c for c in imported.manifest.clocks if c.name == "xplane"]
     assert "profile_start_time" in clock.method and clock.offset_ns == 0
-
-
-def dense_scopes(tf_profile: Path | list[Path]) -> list[str]:
-    """The name scopes of the example's Dense layers: where its fused MatMul+BiasAdd ops run."""
-    return sorted({op_name(e).rsplit("/", 1)[0] for e in op_events(tf_profile)
-                   if e.display_name == "_MklNativeFusedMatMul"})
 
 
 def test_layer_slices_hold_their_layers_ops(tf_profile: Path, imported: dlprof.Run) -> None:

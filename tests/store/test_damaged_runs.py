@@ -23,12 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dlprof.cli.main import main
-from dlprof.keys import RunStatus, StoreTable
-from dlprof.store.manifest import MANIFEST_NAME, Manifest
-from dlprof.store.writer import RankWriter
-from tests.store.test_store import slices
-
-SECOND = 1_000_000_000
+from dlprof.store.manifest import MANIFEST_NAME
+from tests.builders import write_small_run
 
 # Every command that reads a run, as argv after the run is named in place of RUN.
 READING_COMMANDS: tuple[tuple[str, ...], ...] = (
@@ -39,25 +35,6 @@ READING_COMMANDS: tuple[tuple[str, ...], ...] = (
 )
 # What the small run lacks (a GPU, kernels, counters for metrics).
 NEEDS_MORE = {"gpu", "tune", "metrics"}
-
-
-def write_small_run(run_dir: Path) -> Path:
-    """A complete one-rank run: two steps of ops on one thread, and a counter."""
-    writer = RankWriter(run_dir, 0)
-    writer.write_chunk(StoreTable.SLICES, slices([
-        (1, 7, "step", "ProfilerStep#0", 0, 1000), (6, 7, "module", "Linear", 90, 320),
-        (2, 7, "op", "aten::mm", 100, 300),
-        (3, 7, "op", "aten::add", 500, 200), (4, 7, "step", "ProfilerStep#1", 1000, 1000),
-        (5, 7, "op", "aten::mm", 1100, 300),
-    ]), "test")
-    writer.write_chunk(StoreTable.COUNTERS, pa.table({
-        "pid": pa.array([1, 1], pa.int64()), "track": pa.array(["cpu %", "cpu %"]).dictionary_encode(),
-        "ts_ns": pa.array([0, 1000], pa.int64()), "value": pa.array([10.0, 20.0]),
-    }), "test")
-    counts, _ = writer.compact()
-    Manifest(name=run_dir.name, command=["python", "train.py"], status=RunStatus.COMPLETE,
-             start_ns=SECOND, end_ns=2 * SECOND, exit_code=0, counts=counts).write(run_dir)
-    return run_dir
 
 
 @pytest.fixture(scope="module")

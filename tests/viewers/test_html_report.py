@@ -37,8 +37,8 @@ from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
 from dlprof.viewers.html_report import render_report, script_json
 from dlprof.viewers.terminal import format_column
+from tests.builders import simple_add_trace, write_imported_run
 from tests.conftest import KINETO_TRACES
-from tests.exporters.conftest import simple_add_trace, write_imported_run
 
 EVIL = ("<script>alert(1)</script>", "</script><img src=x onerror=alert(1)>")
 # A copy a person can open after the run (git-ignored).

@@ -18,7 +18,7 @@ import pytest
 import dlprof
 from dlprof.store.manifest import ClockDomain, CollectorInfo, Manifest
 from dlprof.store.reader import Run
-from tests.collectors.test_cupti import needs_cupti
+from tests.conftest import needs_cupti
 from tests.tools.gpu_check.recorded import ALEXNET, ns, raw_events
 from tools.gpu_check.compare import Work
 from tools.gpu_check.report import Status
