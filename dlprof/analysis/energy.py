@@ -3,11 +3,14 @@
     energy = step_energy(run)          # per step and power source: joules, mean watts
     sources = power_sources(run)       # what the run has: [] means no power was recorded
 
-The source, from the counters table: **NVML** (the ``nvml`` collector, track ``nvml.power``): each GPU's board power in watts,
+Sources, from the counters table:
+
+- **NVML** (the ``nvml`` collector, track ``nvml.power``): each GPU's board power in watts,
   sampled every ``host_interval_s``. Between two samples power is taken as the straight line
   joining them (the trapezoid rule); a window that cuts a sampling interval takes the line's
-  values at its ends, so a power that changes linearly is integrated exactly. (CPU package
-  energy, RAPL, is not collected yet.)
+  values at its ends, so a power that changes linearly is integrated exactly.
+- **RAPL** (the ``rapl`` collector, track ``rapl.energy_pkg``): joules counted since the start
+  per CPU package; between two readings power is the energy counted over the time, constant.
 
 A step's joules are the integral over its window of each source's power, per device; only the
 part of a window the samples cover counts (``covered_pct`` says how much). Per part of a step
@@ -31,10 +34,11 @@ class PowerSource(StrEnum):
     """Where a power reading comes from, named by its counters track."""
 
     NVML = "nvml.power"  # GPU board power, watts, sampled
+    RAPL = "rapl.energy_pkg"  # CPU package energy, joules counted since the start
 
 
 ENERGY_COLUMNS = ["rank", "step", "start_ns", "status", "device", "source", "joules", "watts", "covered_pct"]
-NO_POWER = "not recorded (GPU power: the nvml collector, with an NVIDIA driver)"
+NO_POWER = "not recorded (GPU power: the nvml collector; CPU package energy: the rapl collector)"
 
 
 def power_sources(run: Run, rank: int | None = None) -> list[tuple[str, str]]:
@@ -54,8 +58,11 @@ def _segments_sql(rank: int | None) -> str:
         f"SELECT rank, device, track, ts_ns AS seg_start, lead(ts_ns) {window} AS seg_end, value, "
         f"lead(value) {window} AS next_value FROM counters WHERE track IN ({tracks}){rank_condition(rank)}"
     )
+    rate = "(next_value - value) * 1e9 / (seg_end - seg_start)"
     return (
-        "SELECT rank, device, track, seg_start, seg_end, value AS w_start, next_value AS w_end "
+        "SELECT rank, device, track, seg_start, seg_end, "
+        f"CASE WHEN track = '{PowerSource.NVML}' THEN value ELSE {rate} END AS w_start, "
+        f"CASE WHEN track = '{PowerSource.NVML}' THEN next_value ELSE {rate} END AS w_end "
         f"FROM ({paired}) AS p WHERE seg_end > seg_start"
     )
 

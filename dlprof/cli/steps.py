@@ -45,7 +45,8 @@ loop, such as an evaluation). The breakdown classifies the slices of the step's 
 autograd's ops), optimizer (Optimizer.step and zero_grad), communication (collectives); other is
 the rest, so the parts add up to the step.
 
-Energy, where the run recorded GPU power (the nvml collector): joules per step and device, integrated over each step's window, and per part (the
+Energy, where the run recorded power (the nvml collector's GPU power, the rapl collector's CPU
+package energy): joules per step and device, integrated over each step's window, and per part (the
 step's mean power times the part's time). --price-per-hour adds each step's cost and the run's.
 
 \b

@@ -188,8 +188,12 @@ def supported() -> tuple[bool, str]:
 
 
 def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
-               exclude_kernel: bool = False, group_fd: int | None = None, disabled: bool = False) -> int:
+               exclude_kernel: bool = False, group_fd: int | None = None, disabled: bool = False,
+               cpu: int = -1) -> int:
     """Open one counting event for thread ``pid`` (0: the caller) on any CPU; returns its fd.
+
+    With ``pid=-1`` and a ``cpu`` the event counts everything on that CPU (a system-wide event,
+    as an uncore PMU's: RAPL's energy counters).
 
     With ``group_fd`` the event joins a group: -1 makes it a leader, a leader's fd a member;
     the group is read at once through its leader (:func:`read_group`).
@@ -210,7 +214,7 @@ def open_event(spec: EventSpec, pid: int = 0, inherit: bool = False,
         attr.read_format |= PERF_FORMAT_GROUP
     number = SYSCALL_NUMBERS.get(platform.machine(), -1)
     fd = int(_libc_syscall()(ctypes.c_long(number), ctypes.byref(attr), ctypes.c_int(pid),
-                             ctypes.c_int(-1), ctypes.c_int(-1 if group_fd is None else group_fd),
+                             ctypes.c_int(cpu), ctypes.c_int(-1 if group_fd is None else group_fd),
                              ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC)))
     if fd < 0:
         code = ctypes.get_errno()
