@@ -21,11 +21,15 @@ tests read it back as they would any run. What each builder makes:
   ``write_small_run(run_dir)``: a complete run of two steps of ops and a counter.
 - ``imported_tensorflow_run(tf_profile, directory)``: TensorFlow's own profile imported, loaded.
 - ``counted_run(out)``: three steps profiled with two CPU counters (skips where perf cannot count).
+- ``profile_steps(out)`` and ``add_power(run_dir, watts)``: six steps profiled on the host, then
+  NVML power samples covering the run written through the nvml collector's own translation.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ import pytest
 
 import dlprof
 from dlprof.analysis.cupti_names import LEGACY_TO_PERFWORKS
+from dlprof.collectors.nvml import Readings, readings_table
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.importers.trace_file import import_traces
 from dlprof.keys import RunStatus, StoreTable
@@ -341,3 +346,36 @@ def counted_run(out: Path) -> Path:
                 sum(range(100_000 * size))
             prof.step()
     return out
+
+
+POWER_INTERVAL_NS = 3_000_000  # an NVML sample every 3 ms: step windows cut sampling intervals
+
+
+def profile_steps(out: Path) -> Path:
+    """Six steps on the host, each a 10 ms ``forward`` region and 5 ms outside it."""
+    with dlprof.profile(out=out, collectors=["host"]) as prof:
+        for _ in range(6):
+            with dlprof.region("forward"):
+                time.sleep(0.01)
+            time.sleep(0.005)
+            prof.step()
+    return out
+
+
+def add_power(run_dir: Path, watts: Callable[[float], Sequence[float]]) -> int:
+    """Write NVML samples covering the run into it, as the nvml collector would: ``watts(t)``
+    gives each GPU's power (``cuda:0``, ``cuda:1``...) ``t`` seconds after the run's start.
+
+    Returns:
+        The time (ns) the samples count seconds from.
+    """
+    run = dlprof.load(run_dir)
+    origin, end = run.manifest.start_ns, run.manifest.end_ns + 10 * POWER_INTERVAL_NS
+    samples = []
+    for ts in range(origin, end, POWER_INTERVAL_NS):
+        for index, power in enumerate(watts((ts - origin) / 1e9)):
+            samples.append((ts, index, Readings(50.0, 10.0, 1e9, power, 1410.0, 60.0)))
+    writer = RankWriter(run_dir, 0)
+    writer.write_chunk(StoreTable.COUNTERS, readings_table(samples, pid=1), "nvml")
+    writer.compact()
+    return origin

@@ -4,6 +4,7 @@
     per = choose_basis(before, after)
     table = diff(before, after, kinds=(Kind.OP, Kind.KERNEL), per=per)
     worse = table[regressed(table, above_pct=5.0, min_ns=50_000)]
+    power = energy_diff(before, after)   # joules per counted step A -> B, or None without power
 
 For each kind compared (ops on the CPU and kernels on the device by default), one row per name
 found in either run: its calls, time, average time per call and share of the kind's total in run
@@ -23,17 +24,22 @@ Definitions, which ``dlprof diff --help`` repeats:
 - A row *regresses* by more than PCT when its time in B exceeds its time in A by more than PCT
   percent of A, and by at least the noise floor (``min_ns``). A new name (time 0 in A) regresses
   once its time reaches the floor; a vanished one never does.
+- *Energy* per step is each run's mean joules per counted step over every device (NVML power,
+  :mod:`dlprof.analysis.energy`); *cost* per step is a counted step's mean time at a price.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 import pandas as pd
 
 from dlprof.analysis.ancestry import nested_in_same
+from dlprof.analysis.energy import StepPower, cost, step_energy, step_power
 from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.steps import StepStatus, step_report
 from dlprof.keys import DiffBasis, Kind
 from dlprof.store.reader import Run
 
@@ -235,3 +241,53 @@ def _side(run: Run, rank: int | None, kind: str) -> tuple[pd.DataFrame, float]:
     per_name = per_name.set_index("name")[["calls", "time"]].astype("float64")
     per_name.index = per_name.index.astype(object)
     return per_name, total
+
+
+def change_pct(a: float | None, b: float | None) -> float | None:
+    """B's change from A in percent; None where either is missing or A is 0."""
+    return None if a is None or b is None or a == 0 else (b - a) / a * 100.0
+
+
+@dataclass(frozen=True)
+class EnergyDiff:
+    """Each run's energy per counted step (None: that run recorded no power)."""
+
+    a: StepPower | None
+    b: StepPower | None
+
+    def record(self) -> dict[str, object] | None:
+        """As plain values for JSON; None when neither run recorded power."""
+        if self.a is None and self.b is None:
+            return None
+        sides = {f"{key}_{letter}": getattr(side, key) if side else None
+                 for letter, side in (("a", self.a), ("b", self.b)) for key in ("joules", "watts", "steps")}
+        return {**sides,
+                "joules_pct": change_pct(self.a.joules, self.b.joules) if self.a and self.b else None,
+                "watts_pct": change_pct(self.a.watts, self.b.watts) if self.a and self.b else None}
+
+
+def energy_diff(run_a: Run, run_b: Run, ranks: RankPair = ALL_RANKS) -> EnergyDiff:
+    """Joules per counted step and mean watts of both runs (see the module's docstring)."""
+    return EnergyDiff(*(step_power(step_energy(run, rank)) for run, rank in zip((run_a, run_b), ranks, strict=True)))
+
+
+@dataclass(frozen=True)
+class CostDiff:
+    """What a counted step costs in each run at a price (None: the run has no counted step)."""
+
+    price_per_hour: float
+    a: float | None
+    b: float | None
+
+    def record(self) -> dict[str, object]:
+        return {"price_per_hour": self.price_per_hour, "a": self.a, "b": self.b, "change_pct": change_pct(self.a, self.b)}
+
+
+def cost_diff(run_a: Run, run_b: Run, price_per_hour: float, ranks: RankPair = ALL_RANKS) -> CostDiff:
+    """Each run's mean counted step time at ``price_per_hour``."""
+    costs: list[float | None] = []
+    for run, rank in zip((run_a, run_b), ranks, strict=True):
+        steps = step_report(run, rank).steps
+        counted = steps.loc[steps["status"] == StepStatus.COUNTED, "dur_ns"]
+        costs.append(cost(float(counted.mean()) / 1e9, price_per_hour) if len(counted) else None)
+    return CostDiff(price_per_hour, *costs)

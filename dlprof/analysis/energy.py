@@ -1,6 +1,7 @@
 """Energy per step: joules from power samples integrated over each step's window, and cost.
 
     energy = step_energy(run)          # per step and power source: joules, mean watts
+    power = step_power(energy)         # one figure per run: joules per counted step (None: no power)
     sources = power_sources(run)       # what the run has: [] means no power was recorded
 
 Sources, from the counters table:
@@ -21,6 +22,7 @@ energy: ``price_per_hour`` times a step's (or the run's) wall time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 import pandas as pd
@@ -138,3 +140,22 @@ def part_joules(steps: pd.DataFrame, energy: pd.DataFrame) -> pd.DataFrame:
 def cost(seconds: float, price_per_hour: float) -> float:
     """What ``seconds`` of the machine cost at ``price_per_hour``."""
     return seconds / 3600.0 * price_per_hour
+
+
+@dataclass(frozen=True)
+class StepPower:
+    """A run's energy over its counted steps, every device and source added up."""
+
+    steps: int  # counted steps with power samples in their window
+    joules: float  # mean joules per counted step
+    watts: float  # mean power, every device's added (averaged over ranks)
+
+
+def step_power(energy: pd.DataFrame) -> StepPower | None:
+    """:func:`step_energy`'s rows as one figure per run; None without power in a counted step."""
+    counted = energy[energy["status"] == StepStatus.COUNTED]
+    if counted.empty:
+        return None
+    per_step = joules_per_step(counted)
+    watts = energy_summary(counted).groupby("rank")["watts"].sum().mean()
+    return StepPower(len(per_step), float(per_step["joules"].mean()), float(watts))

@@ -23,6 +23,7 @@ import pandas as pd
 
 from dlprof.analysis.aggregate import top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
+from dlprof.analysis.energy import NO_POWER, energy_summary, step_energy
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
 from dlprof.analysis.roofline import roofline_chart
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
@@ -158,7 +159,8 @@ def _plain_dict(values: dict[str, Any]) -> dict[str, Any]:
 
 def _steps(run: Run, t0: int) -> dict[str, Any]:
     """Every step (with its status: counted, warm-up or partial), the statistics over the counted
-    ones and their mean breakdown per part (see :mod:`dlprof.analysis.steps`)."""
+    ones, their mean breakdown per part (see :mod:`dlprof.analysis.steps`) and, where the run
+    recorded power, their energy (:mod:`dlprof.analysis.energy`)."""
     found = step_report(run)
     if found.steps.empty:
         return {"rows": [], "reason": "the run has no steps (ProfilerStep#N slices)"}
@@ -166,7 +168,26 @@ def _steps(run: Run, t0: int) -> dict[str, Any]:
             for rank, name, start, dur, status in found.steps[["rank", "step", "start_ns", "dur_ns", "status"]]
             .itertuples(index=False, name=None)]
     return {"columns": ["rank", "name", "start_ns", "dur_ns", "status"], "rows": rows, "reason": "",
-            "statistics": _records(found.statistics), "breakdown": _records(found.breakdown)}
+            "statistics": _records(found.statistics), "breakdown": _records(found.breakdown),
+            "energy": _energy(run)}
+
+
+# Where a run recorded no power: why, in words.
+NO_ENERGY = f"Energy: {NO_POWER}"
+# The energy table's columns, from energy_summary's.
+_ENERGY_COLUMNS = {"rank": "rank", "device": "device", "source": "source", "steps": "steps",
+                   "mean_joules": "joules_per_step", "watts": "watts"}
+
+
+def _energy(run: Run) -> dict[str, Any]:
+    """Per device, the mean joules per counted step and mean watts (``energy_summary``'s), and
+    the joules of every step of the run; or why there are none."""
+    energy = step_energy(run)
+    if energy.empty:
+        return {"recorded": False, "reason": NO_ENERGY, "columns": [], "rows": [], "total_joules": None}
+    summary = energy_summary(energy)[list(_ENERGY_COLUMNS)].rename(columns=_ENERGY_COLUMNS)
+    return {"recorded": True, "reason": "", **_records(summary), "total_joules": float(energy["joules"].sum()),
+            "steps": int(energy[["rank", "start_ns"]].drop_duplicates().shape[0])}
 
 
 def _tables(run: Run, limit: int) -> dict[str, Any]:

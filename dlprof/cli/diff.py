@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -14,16 +15,19 @@ from dlprof.analysis.diff import (
     Change,
     RankPair,
     choose_basis,
+    cost_diff,
     diff,
+    energy_diff,
     limit_names,
     regressed,
     work_steps,
 )
 from dlprof.cli.common import UsageError, check_rank, engine_option, open_run, runs_dir_option
+from dlprof.cli.energy_columns import price_option
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
-from dlprof.viewers.diff import render_diff
+from dlprof.viewers.diff import energy_lines, render_diff
 from dlprof.viewers.screen import printable
 from dlprof.viewers.terminal import short_name, time_text, time_unit, write_table
 
@@ -41,6 +45,8 @@ What is compared:
   share     a name's time as a percentage of its kind's total in that run
   per step  times and calls divided by each run's number of steps (steps holding work),
             the default when both runs have steps; --per run compares whole-run totals
+  energy    where the runs recorded GPU power (the nvml collector): joules per counted
+            step and mean watts, A -> B, under the tables
 
 \b
 --fail-above PCT makes the command a gate: exit status 1 when a kind's total or any name
@@ -49,6 +55,11 @@ regressed by more than PCT, that is when
 (times per step or per run, as compared). A name new in B has time 0 in A: it regresses
 once its time reaches --min-time. A vanished name never regresses. The regressions are
 listed on stderr; the table still goes to stdout.
+
+\b
+-f json gives {"rows": [...], "energy": ..., "cost": ...}: the table's rows; each run's joules
+and watts per counted step and their change in percent (null when neither run recorded power);
+the cost of a counted step in each at --price-per-hour (null without a price).
 
 \b
 Exit status: 0 compared (no regression), 1 regression found (with --fail-above),
@@ -64,6 +75,7 @@ Examples:
   dlprof diff base new --fail-above 5 --min-time 200us   # CI: fail on a >5% slowdown
   dlprof diff before after --wide                 # every column and whole names
   dlprof diff before after -f json                # every column, for scripts
+  dlprof diff before after --price-per-hour 2.5   # and the cost of a step in each
   dlprof diff --dir runs before after             # runs named under runs/
 """
 
@@ -103,9 +115,10 @@ class Duration(click.ParamType[int]):
 @format_option(help_text="Tables for a person, or every column as CSV or JSON for a script.")
 @wide_option
 @runs_dir_option
+@price_option
 @engine_option
 def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, rank_text: str | None,
-            fail_above: float | None, min_ns: int, limit: int, fmt: str) -> int:
+            fail_above: float | None, min_ns: int, limit: int, fmt: str, price_per_hour: float | None) -> int:
     runs = (open_run(run_a), open_run(run_b))
     ranks = _ranks(rank_text, runs)
     compared = _kinds(kinds, runs, ranks)
@@ -116,8 +129,15 @@ def command(run_a: str, run_b: str, kinds: tuple[str, ...], per: str | None, ran
         raise UsageError(str(error)) from None
     if fail_above is not None:
         table["regressed"] = regressed(table, fail_above, min_ns)
+    energy = energy_diff(*runs, ranks=ranks)
+    costs = None if price_per_hour is None else cost_diff(*runs, price_per_hour, ranks=ranks)
     if TableFormat(fmt) is TableFormat.TABLE:
         render_diff(table, _heading(runs, ranks, basis), limit)
+        for line in energy_lines(energy, costs):
+            print(line)
+    elif TableFormat(fmt) is TableFormat.JSON:
+        rows = json.loads(limit_names(table, limit).to_json(orient="records"))
+        print(json.dumps({"rows": rows, "energy": energy.record(), "cost": costs and costs.record()}, indent=1))
     else:
         write_table(limit_names(table, limit), "", TableFormat(fmt))
     if fail_above is None:

@@ -16,7 +16,7 @@ from typing import TextIO
 import pandas as pd
 from rich.text import Text
 
-from dlprof.analysis.diff import Change, limit_names
+from dlprof.analysis.diff import Change, CostDiff, EnergyDiff, change_pct, limit_names
 from dlprof.viewers.fit import Column, console_for, print_columns
 from dlprof.viewers.screen import printable, table_width
 from dlprof.viewers.terminal import readable_columns, short_name
@@ -102,3 +102,29 @@ def _calls(values: pd.Series) -> list[str]:
 def _signed(cell: str, sign: float) -> str:
     """A change with ``+`` when B is slower."""
     return f"+{cell}" if sign > 0 and cell[:1].isdigit() else cell
+
+
+def _change(a: float | None, b: float | None) -> str:
+    pct = change_pct(a, b)
+    return "" if pct is None else f" ({pct:+.1f}%)"
+
+
+def energy_lines(energy: EnergyDiff, costs: CostDiff | None = None) -> list[str]:
+    """The lines under the tables: joules and watts per counted step A -> B where both runs
+    recorded power, which run lacks it where one does (nothing where neither does: a CPU run
+    stays quiet), and at a price, the cost of a counted step."""
+    lines = []
+    a, b = energy.a, energy.b
+    if a is not None and b is not None:
+        lines.append(f"energy per counted step: {a.joules:.3f} J -> {b.joules:.3f} J{_change(a.joules, b.joules)}; "
+                     f"power {a.watts:.1f} W -> {b.watts:.1f} W{_change(a.watts, b.watts)}")
+    elif a is not None or b is not None:
+        lacking, having, side = ("A", "B", b) if a is None else ("B", "A", a)
+        assert side is not None
+        lines.append(f"energy: not recorded in {lacking}; {having}: {side.joules:.3f} J per counted step, "
+                     f"{side.watts:.1f} W")
+    if costs is not None:
+        shown = ["no counted step" if c is None else f"{c:.6f}" for c in (costs.a, costs.b)]
+        lines.append(f"cost per counted step at {costs.price_per_hour:g} an hour: {shown[0]} -> {shown[1]}"
+                     f"{_change(costs.a, costs.b)}")
+    return lines

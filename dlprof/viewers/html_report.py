@@ -26,7 +26,9 @@ import pandas as pd
 from dlprof.viewers.terminal import format_column, format_sizes, size_unit
 
 # Columns shown as text (left-aligned, sorted as strings); every other column is a number.
-_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device", "step", "op"})
+_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device", "step", "op", "source"})
+# The units shown in the headers of the report's energy table.
+_ENERGY_UNITS = {"joules_per_step": "J", "watts": "W"}
 
 
 def _resource(name: str) -> str:
@@ -125,8 +127,10 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
                                    for part in ("peaks", "live") if part in memory}}
     steps = data["steps"]
     if steps["rows"]:
+        energy = steps["energy"]
         page["steps"] = {**steps, "statistics": table_spec(**steps["statistics"]),
-                         "breakdown": table_spec(**steps["breakdown"])}
+                         "breakdown": table_spec(**steps["breakdown"]),
+                         "energy": {**energy, **table_spec(energy["columns"], energy["rows"], _ENERGY_UNITS)}}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],
                        "intro": _unavailable(metrics["unavailable"]) if metrics["rows"] else "",

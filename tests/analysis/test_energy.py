@@ -5,7 +5,6 @@ written. (No GPU here: the hardware path was not run.)"""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,7 @@ import dlprof
 from dlprof.analysis.energy import PowerSource, energy_summary, part_joules, power_sources, step_energy
 from dlprof.analysis.steps import StepPart, StepStatus, step_report
 from dlprof.cli.main import main
-from dlprof.collectors.nvml import Readings, readings_table
-from dlprof.keys import StoreTable
-from dlprof.store.writer import RankWriter
-
-INTERVAL_NS = 3_000_000  # a sample every 3 ms: windows cut sampling intervals
+from tests.builders import add_power, profile_steps
 
 
 def gpu_watts(t_s: float) -> tuple[float, float]:
@@ -31,36 +26,10 @@ def gpu_joules(a_s: float, b_s: float) -> tuple[float, float]:
     return 200.0 * (b_s - a_s), 100.0 * (b_s - a_s) + 25.0 * (b_s**2 - a_s**2)
 
 
-def profile_steps(out: Path) -> Path:
-    with dlprof.profile(out=out, collectors=["host"]) as prof:
-        for _ in range(6):
-            with dlprof.region("forward"):
-                time.sleep(0.01)
-            time.sleep(0.005)
-            prof.step()
-    return out
-
-
-def add_power(run_dir: Path) -> int:
-    """Write NVML samples covering the run into it, as their collectors would; returns
-    the time the samples count seconds from."""
-    run = dlprof.load(run_dir)
-    origin, end = run.manifest.start_ns, run.manifest.end_ns + 10 * INTERVAL_NS
-    times = list(range(origin, end, INTERVAL_NS))
-    samples = []
-    for ts in times:
-        for index, watts in enumerate(gpu_watts((ts - origin) / 1e9)):
-            samples.append((ts, index, Readings(50.0, 10.0, 1e9, watts, 1410.0, 60.0)))
-    writer = RankWriter(run_dir, 0)
-    writer.write_chunk(StoreTable.COUNTERS, readings_table(samples, pid=1), "nvml")
-    writer.compact()
-    return origin
-
-
 @pytest.fixture(scope="module")
 def powered_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     run_dir = profile_steps(tmp_path_factory.mktemp("energy") / "run")
-    return run_dir, add_power(run_dir)
+    return run_dir, add_power(run_dir, gpu_watts)
 
 
 def test_each_steps_joules_are_the_integral_of_the_power_written(powered_run: tuple[Path, int]) -> None:

@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 
+import dlprof
 from dlprof.analysis.diff import DIFF_COLUMNS, TOTAL_NAME
+from dlprof.analysis.energy import step_energy, step_power
+from dlprof.analysis.steps import StepStatus, step_report
 from dlprof.cli.main import main
 from dlprof.config import RUNS_DIR
 from dlprof.keys import Kind
 from dlprof.viewers.terminal import short_name
+from tests.builders import add_power, profile_steps
 from tests.conftest import dlprof_program
 from tests.references import raw_trace
 
@@ -40,7 +44,7 @@ def per_step_kernels() -> dict[str, tuple[float, float]]:
 
 def json_rows(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, object]], str]:
     code, out, err = run_cli([*argv, "--format", "json"], capsys)
-    return code, json.loads(out), err
+    return code, json.loads(out)["rows"], err
 
 
 def test_tables_for_a_person(trace_diff_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,3 +179,57 @@ def test_help_states_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["diff", "--help"], capsys)
     assert code == 0
     assert "time in B > time in A x (1 + PCT/100)" in out and "--min-time" in out and "Exit status" in out
+
+
+@pytest.fixture(scope="module")
+def energy_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Host steps drawing a constant 100 W (A) and 150 W (B) on one GPU, and one without power."""
+    folder = tmp_path_factory.mktemp("energy")
+    runs = {name: profile_steps(folder / name) for name in ("a", "b", "cpu")}
+    add_power(runs["a"], lambda t: (100.0,))
+    add_power(runs["b"], lambda t: (150.0,))
+    return {name: str(path) for name, path in runs.items()}
+
+
+def mean_step_s(run: str) -> float:
+    steps = step_report(dlprof.load(run)).steps
+    return float(steps[steps["status"] == StepStatus.COUNTED]["dur_ns"].mean()) / 1e9
+
+
+def test_energy_and_cost_per_step_a_to_b(energy_runs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = energy_runs["a"], energy_runs["b"]
+    code, out, _ = run_cli(["diff", a, b, "--kind", "region", "-f", "json", "--price-per-hour", "3.6"], capsys)
+    assert code == 0
+    found = json.loads(out)
+    power_a, power_b = (step_power(step_energy(dlprof.load(run))) for run in (a, b))
+    assert power_a is not None and power_b is not None
+    energy = found["energy"]
+    assert energy["joules_a"] == pytest.approx(power_a.joules) and energy["joules_b"] == pytest.approx(power_b.joules)
+    # A constant draw: a step's joules are its watts times its time.
+    assert energy["joules_a"] == pytest.approx(100.0 * mean_step_s(a), rel=1e-6)
+    assert energy["joules_b"] == pytest.approx(150.0 * mean_step_s(b), rel=1e-6)
+    assert (energy["watts_a"], energy["watts_b"], energy["watts_pct"]) == pytest.approx((100.0, 150.0, 50.0))
+    assert energy["joules_pct"] == pytest.approx((power_b.joules / power_a.joules - 1) * 100)
+    assert energy["steps_a"] == energy["steps_b"] == 5
+    cost = found["cost"]
+    assert cost["a"] == pytest.approx(mean_step_s(a) / 1000) and cost["b"] == pytest.approx(mean_step_s(b) / 1000)
+    assert found["rows"][0]["name"] == TOTAL_NAME
+    code, out, _ = run_cli(["diff", a, b, "--kind", "region"], capsys)
+    pct = f"{energy['joules_pct']:+.1f}%"
+    assert (f"energy per counted step: {energy['joules_a']:.3f} J -> {energy['joules_b']:.3f} J ({pct}); "
+            "power 100.0 W -> 150.0 W (+50.0%)") in out
+    assert "cost per counted step" not in out
+
+
+def test_energy_lacking_in_one_run_or_both(energy_runs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    a, cpu = energy_runs["a"], energy_runs["cpu"]
+    code, out, _ = run_cli(["diff", a, cpu, "--kind", "region"], capsys)
+    assert code == 0
+    assert "energy: not recorded in B; A: " in out
+    code, out, _ = run_cli(["diff", cpu, a, "--kind", "region", "-f", "json"], capsys)
+    energy = json.loads(out)["energy"]
+    assert energy["joules_a"] is None and energy["watts_b"] == pytest.approx(100.0) and energy["joules_pct"] is None
+    code, out, _ = run_cli(["diff", cpu, cpu, "--kind", "region", "--price-per-hour", "2"], capsys)
+    assert "energy" not in out and "cost per counted step at 2 an hour: " in out
+    code, out, _ = run_cli(["diff", cpu, cpu, "--kind", "region", "-f", "json"], capsys)
+    assert json.loads(out)["energy"] is None and json.loads(out)["cost"] is None

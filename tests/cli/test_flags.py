@@ -96,7 +96,7 @@ def test_limit_is_fifteen_by_default_and_n_sets_it(cnn_run: Path, capsys: pytest
     assert len(json.loads(cli(["top", str(cnn_run), "-f", "json"], capsys))) == DEFAULT_LIMIT
     assert len(json.loads(cli(["top", str(cnn_run), "-n", "4", "-f", "json"], capsys))) == 4
     assert len(json.loads(cli(["top", str(cnn_run), "--limit", "4", "-f", "json"], capsys))) == 4
-    compared = json.loads(cli(["diff", str(cnn_run), str(cnn_run), "--kind", "op", "-f", "json"], capsys))
+    compared = json.loads(cli(["diff", str(cnn_run), str(cnn_run), "--kind", "op", "-f", "json"], capsys))["rows"]
     assert 0 < len(compared) <= DEFAULT_LIMIT + 1  # the names, and the kind's total
 
 

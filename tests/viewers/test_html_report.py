@@ -28,7 +28,9 @@ import pyarrow as pa
 import pytest
 
 import dlprof
+from dlprof.analysis.energy import NO_POWER, energy_summary, step_energy
 from dlprof.analysis.report_data import ReportLimits, downsample, report_data
+from dlprof.analysis.steps import step_report
 from dlprof.cli.main import main
 from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.keys import RunStatus, StoreTable
@@ -37,7 +39,7 @@ from dlprof.store.manifest import Manifest
 from dlprof.store.writer import RankWriter
 from dlprof.viewers.html_report import render_report, script_json
 from dlprof.viewers.terminal import format_column
-from tests.builders import simple_add_trace, write_imported_run
+from tests.builders import add_power, profile_steps, simple_add_trace, write_imported_run
 from tests.conftest import KINETO_TRACES
 
 EVIL = ("<script>alert(1)</script>", "</script><img src=x onerror=alert(1)>")
@@ -440,3 +442,53 @@ def test_roofline_plot_data_and_drawing(cnn_run: Path, kernel_run: Path, page: D
     roofs = page.evaluate("document.querySelectorAll('[data-testid=\"roof\"]').length")
     assert drawn == len(chart["points"]) and roofs == len(chart["peaks"]) >= 1
     assert page.problems((tmp_path / "report.html").as_uri()) == []
+
+
+def _constant_power(t_s: float) -> tuple[float, float]:
+    """Two GPUs drawing a constant 120 W and 80 W."""
+    return 120.0, 80.0
+
+
+@pytest.fixture(scope="module")
+def powered_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six host steps with NVML power samples of two GPUs written into the run."""
+    run_dir = profile_steps(tmp_path_factory.mktemp("powered") / "run")
+    add_power(run_dir, _constant_power)
+    return run_dir
+
+
+def test_energy_in_the_data_where_power_was_recorded(powered_steps: Path, tmp_path: Path) -> None:
+    run = dlprof.load(powered_steps)
+    energy = report_data(run)["steps"]["energy"]
+    assert energy["recorded"] and energy["reason"] == ""
+    summary = energy_summary(step_energy(run))
+    table = pd.DataFrame(energy["rows"], columns=energy["columns"])
+    assert list(table["device"]) == list(summary["device"]) == ["cuda:0", "cuda:1"]
+    assert list(table["joules_per_step"]) == pytest.approx(list(summary["mean_joules"]))
+    assert list(table["watts"]) == pytest.approx([120.0, 80.0])
+    assert list(table["steps"]) == list(summary["steps"])
+    assert energy["total_joules"] == pytest.approx(step_energy(run)["joules"].sum())
+    assert energy["steps"] == len(step_report(run).steps)
+    unpowered = report_data(dlprof.load(profile_steps(tmp_path / "cpu")))["steps"]["energy"]
+    assert not unpowered["recorded"] and unpowered["rows"] == []
+    assert unpowered["reason"] == f"Energy: {NO_POWER}"
+
+
+def test_energy_shown_in_the_browser(powered_steps: Path, page: DevTools, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    report = _write_report(powered_steps, tmp_path / "report.html", capsys)
+    page.open(report)
+    cells = page.evaluate(_CELLS.replace("table-{kind}", "table-step-energy"))
+    run = dlprof.load(powered_steps)
+    summary = energy_summary(step_energy(run))
+    assert [row["device"] for row in cells] == ["cuda:0", "cuda:1"]
+    assert [row["watts"] for row in cells] == ["120", "80"]
+    assert [float(row["joules_per_step"]) for row in cells] == pytest.approx(list(summary["mean_joules"]), rel=1e-3)
+    assert f"Total over the run's {len(step_report(run).steps)} steps: " in page.evaluate(
+        "document.querySelector('[data-testid=\"steps-energy\"]').textContent")
+    assert page.problems(report.as_uri()) == []
+    unpowered = _write_report(profile_steps(tmp_path / "cpu"), tmp_path / "cpu.html", capsys)
+    page.open(unpowered)
+    assert page.evaluate("document.querySelectorAll('[data-testid=\"table-step-energy\"]').length") == 0
+    assert page.evaluate("document.querySelector('[data-testid=\"steps-energy\"]').textContent") == (
+        f"Energy: {NO_POWER}")

@@ -147,6 +147,12 @@
     table(box, data.steps.statistics, "table-step-statistics");
     box.appendChild(el("h3", null, "Mean time per counted step, by part"));
     table(box, data.steps.breakdown, "table-step-breakdown");
+    var energy = data.steps.energy;
+    if (!energy.recorded) { note(box, energy.reason, "steps-energy"); return; }
+    box.appendChild(el("h3", null, "Energy per counted step"));
+    table(box, energy, "table-step-energy");
+    note(box, "Total over the run's " + energy.steps + " steps: " + energy.total_joules.toPrecision(4) + " J" +
+      " (power integrated over each step's window; mean joules and watts over the counted steps)", "steps-energy");
   }
 
   function lineChart(parent, series, testid) {
