@@ -132,7 +132,7 @@ def test_plain_torchrun_ranks_agree_on_a_directory(tmp_path: Path) -> None:
     # Rank 0 prints its table once its own part is saved; the job may still be saving then, and
     # the title says so rather than calling the shown rank's run "running".
     title = " ".join(done.stdout.split())
-    assert "top op by micros (rank 0 complete; " in title, done.stdout[:2000]
+    assert "top op by total (rank 0 complete; " in title, done.stdout[:2000]
     assert "(running)" not in title
 
 

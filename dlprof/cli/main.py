@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Run a Python script (or -m module) under the profiler."),
     "top": ("top", "The most expensive ops, layers, regions, steps or kernels of a run."),
     "steps": ("steps", "Step-time statistics and where each step's time goes, warm-up left out."),
-    "sweep": ("sweep", "Profile a grid of fully connected, convolutional and recurrent models (ParaDnn)."),
+    "sweep": ("sweep", "Profile a grid of FC, CNN and RNN models on the roofline (ParaDnn)."),
     "tree": ("tree", "Op time down a tree of name scopes, layers or Python code."),
     "tta": ("tta", "Time, steps, samples and epochs to a target accuracy; MLPerf's olympic mean."),
     "tune": ("tune", "Rank a run's kernels by how much tuning them may gain, and why."),
