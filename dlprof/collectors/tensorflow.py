@@ -32,7 +32,7 @@ from dlprof.importers.finisher import Cycle
 from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.keys import CLOCK_MARKER
 from dlprof.schedule import Action
-from dlprof.store.manifest import ClockDomain
+from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.support.chatter import hidden_chatter
 
 # What TensorFlow's profiler logs on fd 2 when it starts and stops (absl INFO lines of its
@@ -82,6 +82,7 @@ class TensorFlowCollector(Collector):
         self._clocks: list[ClockDomain] = []
         self._events = 0
         self._seconds = 0.0
+        self._dropped: dict[str, int] = {}  # XPlane events the conversions dropped as damaged, per reason
         self._lock = threading.Lock()
         if context.config.with_stack:
             self.notes.append(WITH_STACK_NOTE)
@@ -114,6 +115,9 @@ class TensorFlowCollector(Collector):
         if self._events:
             self.notes.append(f"{self._events} XPlane events in {self._cycle} cycle(s), converted in "
                               f"{self._seconds:.2f} s ({self._seconds / self._events * 1e6:.1f} us per event)")
+        if self._dropped:
+            self.notes.append(f"{sum(self._dropped.values()):,} XPlane events dropped as damaged "
+                              f"({dropped_text(self._dropped)})")
 
     # --- cycles -------------------------------------------------------------------------
 
@@ -173,6 +177,8 @@ class TensorFlowCollector(Collector):
             self._context.devices.extend(d for d in result.get("devices", []) if d.get("id") not in known)
             self._events += int(result.get("events", 0))
             self._seconds += float(result.get("seconds", 0.0))
+            for reason, count in result.get("dropped", {}).items():
+                self._dropped[reason] = self._dropped.get(reason, 0) + int(count)
             for problem in result.get("problems", []):
                 self.notes.append(problem)
 

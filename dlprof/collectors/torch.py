@@ -40,7 +40,7 @@ from dlprof.importers.finisher import Cycle
 from dlprof.importers.kineto_cycle import CycleJob
 from dlprof.keys import CLOCK_MARKER
 from dlprof.schedule import Action
-from dlprof.store.manifest import ClockDomain
+from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.thread_watch import ThreadWatch
 from dlprof.support.torch_ranges import RangeCuts
@@ -167,8 +167,8 @@ class TorchCollector(Collector):
 
     def after_conversions(self) -> None:
         if self._dropped:
-            reasons = ", ".join(f"{reason.replace('_', ' ')}: {n:,}" for reason, n in sorted(self._dropped.items()))
-            self.notes.append(f"{sum(self._dropped.values()):,} Kineto events dropped as damaged ({reasons})")
+            self.notes.append(f"{sum(self._dropped.values()):,} Kineto events dropped as damaged "
+                              f"({dropped_text(dict(sorted(self._dropped.items())))})")
         saved = self._context.run_dir / "kineto"
         for directory in (saved / f"rank={self._context.config.rank}", saved):
             if directory.is_dir() and not any(directory.iterdir()):

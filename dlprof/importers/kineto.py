@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.importers.chunked_json import ChunkedTrace, gc_paused, open_stream
-from dlprof.importers.kineto_events import Damage, EventParser, events_from_dicts
+from dlprof.importers.damage import Damage
+from dlprof.importers.kineto_events import EventParser, events_from_dicts
 from dlprof.importers.kineto_rows import (
     STEP_PREFIX,
     SliceNaming,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import zlib
-from enum import StrEnum
 from typing import Any
 
 import duckdb
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.importers.chunked_json import Layout, parse_events
+from dlprof.importers.damage import MAX_TIME_NS, Damage
 
 # Kineto argument -> (column, DuckDB type). JSON columns keep the value's text (shapes, grids).
 _ARGS: dict[str, tuple[str, str]] = {
@@ -72,30 +72,9 @@ _ARGS: dict[str, tuple[str, str]] = {
 _TOP = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "BIGINT", "tid": "BIGINT",
         "ts": "DOUBLE", "dur": "DOUBLE"}
 
-# The largest time or duration kept, in ns (about the year 2065 as an epoch time): a trace's base,
-# an event's start and its duration each this large still add up inside int64.
-MAX_TIME_NS = 3 * 10**18
 _MAX_TIME_US = MAX_TIME_NS // 1000
 # Phases whose fields are read: complete events, counters, instants ([memory]).
 _READ_PHASES = ("X", "C", "i", "I")
-
-
-class Damage(StrEnum):
-    """Why an event was dropped: the first field found wrong, named as the manifest counts it."""
-
-    NOT_AN_OBJECT = "not_an_object"
-    NO_PHASE = "ph_missing_or_not_a_string"
-    NAME = "name_missing_or_not_a_string"
-    CATEGORY = "cat_not_a_string"
-    ARGS = "args_not_an_object"
-    TS = "ts_missing_or_not_a_number"
-    TS_RANGE = "ts_out_of_range"
-    DUR = "dur_missing_or_not_a_number"
-    DUR_NEGATIVE = "dur_negative"
-    DUR_RANGE = "dur_out_of_range"
-    # Not an event but one value of a counter's series (or a range's metric): a string where a
-    # number belongs, or a number past a float's range (1e400). Found as the rows are made.
-    VALUE = "counter_value_not_a_finite_number"
 
 
 # JSON types of the event itself and of the fields checked, from one more parse of the line.

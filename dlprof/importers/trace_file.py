@@ -49,7 +49,7 @@ from dlprof.importers.trace_stream import (
 from dlprof.importers.xplane import XPLANE_SUFFIX, XPlaneError, XPlaneOptions, convert_xspace, read_xspace
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import RANK_SHIFT, SLOT_IMPORT, id_base
-from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest
+from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest, dropped_text
 from dlprof.store.writer import RankWriter
 
 # Bytes read so far and in all, for a progress display.
@@ -185,11 +185,6 @@ def _nothing_kept(item: _Imported) -> str:
     return f"none of its {item.events} events is a complete event, counter or memory event"
 
 
-def dropped_text(dropped: dict[str, int]) -> str:
-    """Damaged events per reason, on one line: ``ts missing or not a number: 2, dur negative: 1``."""
-    return ", ".join(f"{reason.replace('_', ' ')}: {count:,}" for reason, count in dropped.items())
-
-
 def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:
     """A TensorFlow or JAX profile (see :mod:`dlprof.importers.xplane`); its times are epoch ns."""
     try:
@@ -203,7 +198,8 @@ def _import_xplane(info: TraceInfo, writer: RankWriter, advance: Callable[[int],
     for table, data in ((StoreTable.SLICES, tables.slices), (StoreTable.MEMORY, tables.memory)):
         _write(writer, table, data, 0)
     advance(info.path.stat().st_size)
-    return _Imported(info, events=tables.events, source="xplane", header=header, clocks=[tables.clock])
+    return _Imported(info, events=tables.events, source="xplane", header=header, clocks=[tables.clock],
+                     dropped=dict(tables.dropped))
 
 
 def _import_snapshot(info: TraceInfo, writer: RankWriter, advance: Callable[[int], None]) -> _Imported:

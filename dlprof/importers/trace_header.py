@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlprof.importers.kineto_events import MAX_TIME_NS
+from dlprof.importers.damage import MAX_TIME_NS
 from dlprof.store.ids import MAX_RANK
 
 

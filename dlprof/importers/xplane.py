@@ -48,7 +48,7 @@ from dlprof.importers.hlo import HloFormatError, HloOp, hlo_ops
 from dlprof.importers.kineto import clock_offset, gc_paused
 from dlprof.importers.tf_ops import TfOp, parse_op_event, tf_op
 from dlprof.importers.xplane_devices import DEVICE_PLANE, device_plane
-from dlprof.importers.xplane_rows import EventClass, MemoryRows, SliceRows, Track
+from dlprof.importers.xplane_rows import EventClass, MemoryRows, SliceRows, Track, event_damage
 from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, as_int64, fold_id, scalar
 from dlprof.keys import CLOCK_MARKER, Kind
 from dlprof.store.manifest import ClockDomain
@@ -103,6 +103,7 @@ class XPlaneTables:
     hostnames: list[str] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)  # damaged events, per reason (as Kineto's)
 
 
 @functools.cache
@@ -192,6 +193,7 @@ class _Converter:
         self.rows = SliceRows()
         self.memory = MemoryRows()
         self.skipped: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
         self.events = 0
         self.marker: tuple[int, int] | None = None
         self.marker_tid: int | None = None
@@ -209,7 +211,7 @@ class _Converter:
             if plane.name in (HOST_PLANE, CUPTI_PLANE):
                 self._host_plane(plane, base, Kind.RUNTIME if plane.name == CUPTI_PLANE else None)
             elif device is not None:
-                info, events, instants = device_plane(plane, base, device, self.rows)
+                info, events, instants = device_plane(plane, base, device, self.rows, self.dropped)
                 self.devices.append(info)
                 self.events += events
                 self.skipped["instant"] += instants
@@ -228,7 +230,7 @@ class _Converter:
         memory = self.memory.table(self.options.keep_from_ns, self.options.pid, shift, retag)
         clock = ClockDomain(name="xplane", method=method, offset_ns=shift, bounds_ns=bounds)
         return XPlaneTables(slices, memory, clock, self.events, list(self.space.hostnames),
-                            self.devices, dict(self.skipped))
+                            self.devices, dict(self.skipped), dict(self.dropped))
 
     # --- planes -------------------------------------------------------------------------
 
@@ -270,8 +272,12 @@ class _Converter:
                         self._marked(code, event, start_ps, tid, stats)
                         continue
                     code = self._hlo_class(plane, event, stats, hlo_classes)
-                if event.duration_ps <= 0:
+                if event.duration_ps == 0:
                     self.skipped["instant"] += 1
+                    continue
+                damage = event_damage(start_ps, event.duration_ps)
+                if damage is not None:
+                    self.dropped[damage] += 1
                     continue
                 add_cls(code)
                 add_track(track)

@@ -64,7 +64,7 @@ def convert_cycle(job: XPlaneJob) -> tuple[dict[StoreTable, list[pa.Table]], dic
     rows: dict[StoreTable, list[pa.Table]] = {StoreTable.SLICES: [], StoreTable.MEMORY: []}
     next_id = id_base(job.rank, SLOT_XPLANE) + (job.cycle << CYCLE_ID_BITS)
     result: dict[str, Any] = {"slices": 0, "events": 0, "clocks": [], "devices": [], "skipped": {},
-                              "problems": []}
+                              "dropped": {}, "problems": []}
     for path in job.files():
         try:
             space = read_xspace(path)
@@ -85,5 +85,7 @@ def convert_cycle(job: XPlaneJob) -> tuple[dict[StoreTable, list[pa.Table]], dic
         result["devices"].extend(tables.devices)
         for what, count in tables.skipped.items():
             result["skipped"][what] = result["skipped"].get(what, 0) + count
+        for reason, count in tables.dropped.items():
+            result["dropped"][reason] = result["dropped"].get(reason, 0) + count
     result["seconds"] = time.perf_counter() - began
     return rows, result

@@ -10,17 +10,19 @@ that launched it, ``name:Type``). They become slices as Kineto's do for PyTorch.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from dlprof.importers.tf_ops import parse_op_event
-from dlprof.importers.xplane_rows import EventClass, SliceRows, Track
+from dlprof.importers.xplane_rows import EventClass, SliceRows, Track, event_damage
 from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, as_int64, fold_id, scalar
 from dlprof.keys import Kind
 
 DEVICE_PLANE = re.compile(r"/device:(?P<type>[A-Z]+):(?P<index>\d+)")
 
 
-def device_plane(plane: Any, base_ns: int, device: re.Match[str], rows: SliceRows) -> tuple[dict[str, Any], int, int]:
+def device_plane(plane: Any, base_ns: int, device: re.Match[str], rows: SliceRows,
+                 dropped: Counter[str]) -> tuple[dict[str, Any], int, int]:
     """Append a device plane's work to ``rows``.
 
     Args:
@@ -28,6 +30,7 @@ def device_plane(plane: Any, base_ns: int, device: re.Match[str], rows: SliceRow
         base_ns: what its line timestamps are relative to.
         device: ``DEVICE_PLANE`` matched on its name.
         rows: where its slices go.
+        dropped: damaged events counted here per reason (:func:`event_damage`).
 
     Returns:
         The device as the plane describes it, the events read, and the instants left out.
@@ -48,15 +51,19 @@ def device_plane(plane: Any, base_ns: int, device: re.Match[str], rows: SliceRow
         line_ps = (base_ns + line.timestamp_ns) * 1000
         for event in line.events:
             events += 1
-            if event.duration_ps <= 0:
+            if event.duration_ps == 0:
                 instants += 1
+                continue
+            start_ps = line_ps + event.offset_ps
+            damage = event_damage(start_ps, event.duration_ps)
+            if damage is not None:
+                dropped[damage] += 1
                 continue
             metadata = plane.event_metadata[event.metadata_id]
             values = stats.all(event)
             row = len(rows)
             rows.cls.append(rows.code(_device_class(metadata.display_name or metadata.name, values)))
             rows.track.append(track)
-            start_ps = line_ps + event.offset_ps
             rows.start.append(start_ps // 1000)
             rows.dur.append((start_ps + event.duration_ps) // 1000 - start_ps // 1000)
             sparse["stream"][row] = stream

@@ -19,9 +19,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dlprof.importers.damage import MAX_TIME_NS, Damage
 from dlprof.importers.data_wait import is_tf_data_wait
 from dlprof.importers.tf_ops import module_scope
 from dlprof.keys import SCOPE_LAYER_CATEGORY, Kind
+
+
+def event_damage(start_ps: int, duration_ps: int) -> str | None:
+    """Why an XPlane event with a duration cannot be a slice (the reasons as Kineto imports count
+    them), or None: a negative duration, or a start past :data:`MAX_TIME_NS` (an int64 of
+    picoseconds is always a duration short of it)."""
+    if duration_ps < 0:
+        return str(Damage.DUR_NEGATIVE)
+    if not abs(start_ps) // 1000 <= MAX_TIME_NS:
+        return str(Damage.TS_RANGE)
+    return None
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ class Manifest:
     # What normalising the slices changed, e.g. {"clipped_to_parent": 3}.
     normalised: dict[str, int] = field(default_factory=dict)
     # Events an importer dropped as damaged, per reason, e.g. {"ts_missing_or_not_a_number": 2}
-    # (see dlprof.importers.kineto_events.Damage).
+    # (see dlprof.importers.damage.Damage).
     dropped: dict[str, int] = field(default_factory=dict)
     # What went wrong while saving the run, in words (the data kept is still readable).
     notes: list[str] = field(default_factory=list)
@@ -202,3 +202,9 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def dropped_text(dropped: dict[str, int]) -> str:
+    """Damaged events per reason (a manifest's ``dropped``), on one line:
+    ``ts missing or not a number: 2, dur negative: 1``."""
+    return ", ".join(f"{reason.replace('_', ' ')}: {count:,}" for reason, count in dropped.items())

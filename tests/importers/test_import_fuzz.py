@@ -242,6 +242,24 @@ def xspace_bytes(times: dict[str, int], stats: dict[str, int | float | str]) -> 
     return bytes(space.SerializeToString())
 
 
+@pytest.mark.tf
+@pytest.mark.parametrize(("times", "reason"), [
+    ({"duration_ps": -5000}, "dur_negative"),
+    ({"timestamp_ns": 2**62}, "ts_out_of_range"),  # past the year 2065 from the profile's start
+])
+def test_an_xplane_event_out_of_range_is_dropped_and_counted(times: dict[str, int], reason: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    good = {"profile_start_time": BASE_NS, "timestamp_ns": 1000, "offset_ps": 2000, "duration_ps": 5000,
+            "metadata_id": 1}
+    path, run_dir = tmp_path / "host.xplane.pb", tmp_path / "run"
+    path.write_bytes(xspace_bytes({**good, **times}, {}))
+    assert main(["import", "-o", str(run_dir), str(path)]) == 0
+    run = dlprof.load(run_dir)
+    assert run.manifest.dropped == {reason: 2}, "the host op and the kernel"
+    assert f"dropped as damaged: {reason.replace('_', ' ')}: 2" in capsys.readouterr().out
+    assert len(run.slices) == 0
+
+
 int64s = st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1),
                    st.sampled_from([0, -1, 1000, 2**62, 2**63 - 1, -(2**63)]))
 stat_values = st.one_of(int64s, st.integers(min_value=2**63, max_value=2**64 - 1),
