@@ -112,10 +112,11 @@ def _part_of(d: Dialect) -> str:
     )
 
 
-def flagged_steps_sql(run: Run, rank: int | None = None) -> str:
+def flagged_steps_sql(run: Run, rank: int | None = None, within: str | None = None) -> str:
     """Each CPU step with its place among its rank's steps and its :class:`StepStatus`: columns
     ``rank``, ``pid``, ``tid``, ``step``, ``step_index``, ``start_ns``, ``end_ns``, ``dur_ns``,
-    ``status``."""
+    ``status``. With ``within``, only the steps whose middle lies inside a slice of that name on
+    their rank (a region such as train or eval); their places and statuses are as among all."""
     d = run.engine.dialect
     partial = partial_steps(run)
     partial_name = ("CASE rank " + " ".join(f"WHEN {r} THEN {d.literal(n)}" for r, n in sorted(partial.items()))
@@ -126,11 +127,18 @@ def flagged_steps_sql(run: Run, rank: int | None = None) -> str:
         "AS step_index, count(*) OVER (PARTITION BY rank) AS rank_steps "
         f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
     )
-    return (
+    flagged = (
         "SELECT rank, pid, tid, step, step_index, start_ns, end_ns, dur_ns, CASE "
         f"WHEN step_index = rank_steps - 1 AND step = {partial_name} THEN '{StepStatus.PARTIAL}' "
         f"WHEN step_index = 0 AND (step = '{FIRST_STEP}' OR step NOT LIKE '{STEP_PREFIX}%') "
         f"THEN '{StepStatus.WARMUP}' ELSE '{StepStatus.COUNTED}' END AS status FROM ({ordered}) AS ordered"
+    )
+    if within is None:
+        return flagged
+    middle = "(f.start_ns + f.end_ns) / 2.0"
+    return (
+        f"SELECT * FROM ({flagged}) AS f WHERE EXISTS (SELECT 1 FROM slices w WHERE w.rank = f.rank "
+        f"AND w.name = {d.literal(within)} AND w.start_ns <= {middle} AND {middle} < w.start_ns + w.dur_ns)"
     )
 
 
@@ -171,9 +179,9 @@ def _parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
     return f"SELECT rank, step_index, {', '.join(sums)} FROM ({placed}) AS p GROUP BY rank, step_index"
 
 
-def _steps_with_parts_sql(run: Run, rank: int | None) -> str:
+def _steps_with_parts_sql(run: Run, rank: int | None, within: str | None) -> str:
     parts = [p for p in StepPart if p is not StepPart.OTHER]
-    steps = flagged_steps_sql(run, rank)
+    steps = flagged_steps_sql(run, rank, within)
     known = " + ".join(f"coalesce(p.{p}_ns, 0)" for p in parts)
     return (
         "SELECT s.rank, s.step, s.status, s.step_index, s.start_ns, s.dur_ns, "
@@ -207,17 +215,18 @@ def _breakdown_sql(table: str) -> str:
     return f"SELECT rank, part, mean_ns, step_pct FROM ({' UNION ALL '.join(rows)}) AS b ORDER BY rank, part_order"
 
 
-def step_report(run: Run, rank: int | None = None) -> StepReport:
+def step_report(run: Run, rank: int | None = None, within: str | None = None) -> StepReport:
     """A run's steps, their statistics and their breakdown (see the module's docstring).
 
     Args:
         run: the run.
         rank: only this rank's steps.
+        within: only the steps inside a slice of this name (see :func:`flagged_steps_sql`).
 
     Returns:
         The three tables; all empty when the run has no steps.
     """
-    with run.kept("dlprof_steps", _steps_with_parts_sql(run, rank)) as table:
+    with run.kept("dlprof_steps", _steps_with_parts_sql(run, rank, within)) as table:
         steps = run.sql(f"SELECT {', '.join(STEP_COLUMNS)} FROM {table} ORDER BY rank, step_index")
         statistics = run.sql(_statistics_sql(run.engine.dialect, table))
         breakdown = run.sql(_breakdown_sql(table))

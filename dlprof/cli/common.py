@@ -201,6 +201,17 @@ runs_dir_option = click.option(
     expose_value=False, callback=_keep_runs_dir, is_eager=True, metavar="DIRECTORY",
     help=f"Directory of runs: where the newest is found, RUN names one, and new runs go. [default: {RUNS_DIR}]")
 
+def within_option(what: str) -> Callable[..., Any]:
+    """``--within NAME``: only what lies inside a slice of that name (a region such as train or
+    eval, a step), on every command that can cut a run so.
+
+    Args:
+        what: what is kept, as the help's subject ("Only ops", "Only the steps").
+    """
+    return click.option("--within", default=None, metavar="NAME",
+                        help=f"{what} inside a slice of this name: a region (train, eval), a step.")
+
+
 # --rank on every command that can show one rank of a job alone.
 rank_option = click.option("--rank", type=click.IntRange(min=0), default=None, metavar="N",
                            help="Only this rank of a job (default: every rank).")

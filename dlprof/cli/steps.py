@@ -16,6 +16,7 @@ from dlprof.cli.common import (
     rank_option,
     run_argument,
     runs_dir_option,
+    within_option,
 )
 from dlprof.cli.energy_columns import (
     StepEnergy,
@@ -53,6 +54,7 @@ step's mean power times the part's time). --price-per-hour adds each step's cost
 Examples:
   dlprof steps                       # the newest run: statistics, breakdown, slowest steps
   dlprof steps RUN --rank 1          # one rank of a job
+  dlprof steps RUN --within train    # only the steps inside the region named train
   dlprof steps RUN -n 0              # every step, not only the 15 slowest
   dlprof steps RUN -f csv            # one row per step (status and parts), for scripts
   dlprof steps RUN -f json           # statistics, breakdown and steps as one JSON object
@@ -72,23 +74,29 @@ REASONS = {
 @click.command("steps", help=HELP)
 @run_argument
 @rank_option
+@within_option("Only the steps (their middle)")
 @limit_option("Slowest counted steps to list", note="0 lists every step, in order.")
 @format_option(help_text="Tables for a person, or CSV (one row per step) or JSON for a script.")
 @wide_option
 @runs_dir_option
 @price_option
 @engine_option
-def command(run: str | None, rank: int | None, limit: int, fmt: str, price_per_hour: float | None) -> int:
+def command(run: str | None, rank: int | None, within: str | None, limit: int, fmt: str,
+            price_per_hour: float | None) -> int:
     loaded = open_run(run)
-    print_steps(loaded, rank, limit, TableFormat(fmt), price_per_hour)
+    print_steps(loaded, rank, limit, TableFormat(fmt), price_per_hour, within)
     return 0
 
 
 def print_steps(loaded: Run, rank: int | None = None, limit: int = DEFAULT_LIMIT,
-                fmt: TableFormat = TableFormat.TABLE, price_per_hour: float | None = None) -> None:
+                fmt: TableFormat = TableFormat.TABLE, price_per_hour: float | None = None,
+                within: str | None = None) -> None:
     """Print a run's step report, or fail with one line saying why there is none."""
     check_rank(loaded, rank)
-    report = step_report(loaded, rank)
+    report = step_report(loaded, rank, within)
+    if report.steps.empty and within is not None:
+        raise UsageError(f"{loaded.path}: no step lies inside a slice named {within!r} (see dlprof top --kind "
+                         "region for the regions)")
     if report.steps.empty:
         raise UsageError(f"{loaded.path}: the run has no steps (ProfilerStep#N slices); end each step with "
                          "prof.step(), or profile under `dlprof run`")

@@ -16,6 +16,7 @@ from dlprof.cli.common import (
     rank_option,
     run_argument,
     runs_dir_option,
+    within_option,
 )
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.engine.rows import Rows
@@ -64,8 +65,7 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @rank_option
 @click.option("--per-rank", is_flag=True,
               help="Add each row's least, median and most total time over the ranks, and the rank with the most.")
-@click.option("--within", default=None, metavar="NAME",
-              help="Only slices inside a slice of this name: a region (eval, train), a step.")
+@within_option("Only slices")
 @click.option("--leaves", is_flag=True, help="Layers (--kind module) with no layer inside them.")
 @format_option(help_text="Table for a person, CSV or JSON for a script.")
 @wide_option

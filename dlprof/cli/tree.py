@@ -15,6 +15,7 @@ from dlprof.cli.common import (
     rank_option,
     run_argument,
     runs_dir_option,
+    within_option,
 )
 from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import Kind, TableFormat, TreeView
@@ -52,8 +53,7 @@ Examples:
 @click.option("--min-percent", "min_percent", type=FiniteFloatRange(0, 100), default=1.0,
               show_default=True, help="Hide nodes with less of the total time (and what is below them).")
 @rank_option
-@click.option("--within", default=None, metavar="NAME",
-              help="Only ops inside a slice of this name: a region (eval, train), a step.")
+@within_option("Only ops")
 @format_option(help_text="A drawn tree for a person, CSV or JSON rows for a script.")
 @wide_option
 @runs_dir_option

@@ -12,7 +12,7 @@ import pytest
 
 import dlprof
 from dlprof.analysis.report_data import report_data
-from dlprof.analysis.steps import STEP_COLUMNS, StepStatus
+from dlprof.analysis.steps import STEP_COLUMNS, StepStatus, step_report
 from dlprof.cli.main import main
 from dlprof.importers.trace_file import import_traces
 from dlprof.keys import Kind
@@ -101,3 +101,37 @@ def test_data_wait_survives_an_export_and_import(dataloader_run: Path, tmp_path:
     slices = dlprof.load(tmp_path / "again").slices
     again = slices[slices["name"].str.startswith("enumerate(DataLoader)#")]
     assert len(again) == len(waits) and set(again["kind"]) == {Kind.DATA_WAIT}
+
+
+def test_within_keeps_the_steps_inside_a_region(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Train against eval: two epochs of 4 training steps (2 ms of work) and 2 evaluation steps
+    (6 ms); --within picks each side's steps, their statuses as among all."""
+    import time
+
+    def work(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    out = tmp_path / "run"
+    with dlprof.profile(out=out, collectors=()) as prof:
+        for _ in range(2):
+            with dlprof.region("train"):
+                for _ in range(4):
+                    work(0.002)
+                    prof.step()
+            with dlprof.region("eval"):
+                for _ in range(2):
+                    work(0.006)
+                    prof.step()
+    run = dlprof.load(out)
+    every = step_report(run).steps
+    train, evaluation = step_report(run, within="train").steps, step_report(run, within="eval").steps
+    assert len(train) == 8 and len(evaluation) == 4
+    assert set(train["step"]) | set(evaluation["step"]) <= set(every["step"])
+    assert evaluation["dur_ns"].min() > train.loc[train["status"] == "counted", "dur_ns"].max()
+    assert train.iloc[0]["status"] == "warm-up", "statuses as among all the steps"
+    code, printed, _ = run_cli(["steps", str(out), "--within", "eval", "-f", "csv"], capsys)
+    assert code == 0 and printed.count("\n") == 1 + 4
+    code, _, err = run_cli(["steps", str(out), "--within", "nowhere"], capsys)
+    assert code == 2 and "no step lies inside a slice named 'nowhere'" in err and err.count("\n") == 1
