@@ -23,7 +23,7 @@ from dlprof.hardware.calibration import (
     read_calibrations,
     replaced,
 )
-from dlprof.hardware.devices import Vendor, device_table
+from dlprof.hardware.devices import Precision, Vendor, device_table
 from dlprof.keys import TableFormat
 from dlprof.store.manifest import HostInfo
 from dlprof.store.safe_files import refuse_symlink, write_text
@@ -83,7 +83,7 @@ def command(device_name: str | None, device_type: str, quick: bool, store: str |
         write_text(path, calibrations_text(replaced(stored, calibration)))
     except OSError as error:
         raise UsageError(f"{path}: cannot write ({error.strerror or error})") from None
-    _print(calibration, path, TableFormat(fmt))
+    _print(calibration, path, TableFormat(fmt), ceilings.left_out)
     return 0
 
 
@@ -117,11 +117,12 @@ def _efficiency_frame(calibration: Calibration) -> pd.DataFrame:
         columns=["op_class", "mode", "flops", "efficiency", "low", "high", "samples"])
 
 
-def _print(calibration: Calibration, path: Path, fmt: TableFormat) -> None:
+def _print(calibration: Calibration, path: Path, fmt: TableFormat, left_out: dict[Precision, str]) -> None:
     frame = _efficiency_frame(calibration)
     if fmt is TableFormat.JSON:
         document = json.loads(calibrations_text([calibration]))["calibrations"][0]
-        print(json.dumps({**document, "file": os.fspath(path)}, indent=1))
+        print(json.dumps({**document, "file": os.fspath(path),
+                          "left_out": {str(p): why for p, why in left_out.items()}}, indent=1))
         return
     if fmt is TableFormat.CSV:
         write_table(frame, "", fmt)
@@ -130,8 +131,10 @@ def _print(calibration: Calibration, path: Path, fmt: TableFormat) -> None:
           f"{'threads' if calibration.vendor is Vendor.CPU else 'SMs'} ({calibration.cpu_model})")
     for precision, peak in calibration.peaks.items():
         print(f"  {precision} GEMM peak: {si(peak, 'FLOP/s')}")
+    for precision, why in left_out.items():
+        print(f"  {precision}: not kept ({why})")
     print(f"  memory bandwidth (triad): {si(calibration.memory_bandwidth, 'B/s')}")
-    shown = pd.DataFrame({"name": frame["op_class"], "Math mode": frame["mode"], "FLOPs": frame["flops"],
+    shown = pd.DataFrame({"Op class": frame["op_class"], "Math mode": frame["mode"], "FLOPs": frame["flops"],
                           "Efficiency": [f"{v:.2f}" for v in frame["efficiency"]],
                           "Spread": [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(frame["low"], frame["high"], strict=True)],
                           "Samples": frame["samples"]})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -64,6 +64,7 @@ class Ceilings:
     peaks: dict[Precision, float]  # best GEMM FLOP/s per number format
     memory_bandwidth: float  # best triad bytes/s
     measurements: tuple[Measurement, ...]
+    left_out: dict[Precision, str] = field(default_factory=dict)  # formats not kept, with why
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,20 @@ def _timed(kernel: _Kernel, device: torch.device, seconds: float) -> list[float]
     return times
 
 
+def native_formats(peaks: dict[Precision, float], measurements: list[Measurement]
+                   ) -> tuple[dict[Precision, float], list[Measurement], dict[Precision, str]]:
+    """Leave out the formats whose GEMMs ran slower than fp32's: a format without units of its
+    own here (emulated), or one measured only at sizes too small to show its rate, would make a
+    wrong roof. Returns the peaks and calls kept, and each format left out with why."""
+    fp32 = peaks.get(Precision.FP32, 0.0)
+    left_out: dict[Precision, str] = {
+        precision: f"its GEMMs peaked at {peak / 1e9:.3g} GFLOP/s, below fp32's {fp32 / 1e9:.3g} GFLOP/s: "
+                   "emulated here, or measured only at small sizes"
+        for precision, peak in peaks.items() if precision is not Precision.FP32 and peak < fp32}
+    return ({precision: peak for precision, peak in peaks.items() if precision not in left_out},
+            [call for call in measurements if call.precision not in left_out], left_out)
+
+
 def measure(device: torch.device, budget: Budget, advance: Callable[[str], None] = lambda _: None) -> Ceilings:
     """Time every calibration kernel on ``device`` within ``budget``.
 
@@ -172,20 +187,28 @@ def measure(device: torch.device, budget: Budget, advance: Callable[[str], None]
         tensor_core = device.type == "cuda" and precision is not Precision.FP32
         for ladder in (_gemms, _convolutions, _streams):
             too_slow = False
+            previous: float | None = None
             for kernel in ladder(device, precision, budget):
                 if not too_slow:
                     times = _timed(kernel, device, budget.seconds_per_size)
                     measurements += [Measurement(kernel.op_class, precision, tensor_core, kernel.flops, kernel.bytes, t)
                                      for t in times]
                     # Stop the ladder where one call of the next size would take several times
-                    # the budget (predicted from this size's best call, which noise only slows).
-                    too_slow = min(times) * kernel.growth > SLOW_CALL * budget.seconds_per_size
+                    # the budget, predicted from this size's best call (which noise only slows)
+                    # grown as much as it grew from the last size, at most as the work does: a
+                    # call that costs the same at every small size (a library's fixed cost, as
+                    # oneDNN's for small bf16 GEMMs) goes on to the sizes where the work shows.
+                    best = min(times)
+                    growth = kernel.growth if previous is None else min(kernel.growth, max(best / previous, 1.0))
+                    too_slow = previous is not None and best * growth > SLOW_CALL * budget.seconds_per_size
+                    previous = best
                 advance(kernel.label)
     peaks = {call.precision: 0.0 for call in measurements if call.op_class is OpClass.GEMM}
     for call in measurements:
         if call.op_class is OpClass.GEMM:
             peaks[call.precision] = max(peaks[call.precision], call.flops / call.seconds)
+    peaks, measurements, left_out = native_formats(peaks, measurements)
     largest = max(call.bytes for call in measurements if call.op_class is OpClass.ELEMENTWISE)
     bandwidth = max(call.bytes / call.seconds for call in measurements
                     if call.op_class is OpClass.ELEMENTWISE and call.bytes == largest)
-    return Ceilings(peaks, bandwidth, tuple(measurements))
+    return Ceilings(peaks, bandwidth, tuple(measurements), left_out)

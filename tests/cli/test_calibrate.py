@@ -17,6 +17,7 @@ from dlprof.cli.main import main
 from dlprof.hardware.calibration import (
     CALIBRATION_VARIABLE,
     Calibration,
+    Measurement,
     OpClass,
     calibration_path,
     calibrations_text,
@@ -25,6 +26,7 @@ from dlprof.hardware.calibration import (
     replaced,
 )
 from dlprof.hardware.devices import Origin, Precision, Vendor
+from dlprof.workloads.ert import native_formats
 
 pytestmark = pytest.mark.torch
 NAME = "test-cpu"
@@ -145,3 +147,14 @@ def test_where_calibrations_are_kept(tmp_path: Path) -> None:
         tmp_path / "mine.json")
     assert calibration_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "dlprof" / "calibration.json"
     assert calibration_path({}) == Path.home() / ".config" / "dlprof" / "calibration.json"
+
+
+def test_a_format_slower_than_fp32_is_left_out_of_the_row() -> None:
+    # bf16 emulated (or timed only at tiny sizes) would be a roof below fp32's: a wrong one.
+    calls = [Measurement(OpClass.GEMM, precision, False, 1e9, 1e6, seconds)
+             for precision, seconds in ((Precision.FP32, 0.01), (Precision.BF16, 0.5), (Precision.FP16, 0.004))]
+    peaks = {c.precision: c.flops / c.seconds for c in calls}
+    kept, measurements, left_out = native_formats(peaks, calls)
+    assert set(kept) == {Precision.FP32, Precision.FP16} and set(left_out) == {Precision.BF16}
+    assert "below fp32's 100 GFLOP/s" in left_out[Precision.BF16]
+    assert {c.precision for c in measurements} == {Precision.FP32, Precision.FP16}
