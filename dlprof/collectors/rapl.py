@@ -10,15 +10,13 @@ as constant: the energy counted over the time (:mod:`dlprof.analysis.energy`).
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import numpy as np
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.support.rapl import PackageEnergy, RaplUnavailable, energy_event
-from dlprof.support.sampler import PeriodicSampler
+from dlprof.support.sampler import TimedSamples
 
 TRACK = "rapl.energy_pkg"
 
@@ -58,31 +56,17 @@ class RaplCollector(Collector):
     def start(self, context: CollectorContext) -> None:
         self._context = context
         self._reader = PackageEnergy(energy_event())
-        self._lock = threading.Lock()
-        self._times: list[int] = []
-        self._joules: list[tuple[float, ...]] = []
         self._origin = self._reader.read()
-        self._sample()
-        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-rapl")
-        self._sampler.start()
-
-    def _sample(self) -> None:
-        now = time.time_ns()
-        joules = self._reader.read()
-        with self._lock:
-            self._times.append(now)
-            self._joules.append(joules)
+        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-rapl")
+        self._samples.start()
 
     def stop(self) -> None:
-        self._sampler.stop()
-        self._sample()
+        self._samples.stop()
         self.save()
         self._reader.close()
 
     def save(self) -> None:
-        with self._lock:
-            times, joules = self._times, self._joules
-            self._times, self._joules = [], []
+        times, joules = self._samples.drain()
         if times:
             self._context.sink.append_counters(energy_table(times, joules, self._origin, os.getpid()), "rapl")
 
