@@ -180,10 +180,20 @@ def nvml_status() -> BackendStatus:
     return BackendStatus("NVML", True, "samples GPUs with --collectors nvml (not per region)")
 
 
+def rapl_status() -> BackendStatus:
+    """RAPL through perf_event's power PMU: the ``rapl`` sampler collector."""
+    from dlprof.collectors.rapl import RaplCollector
+
+    ok, reason = RaplCollector.available()
+    if not ok:
+        return BackendStatus("RAPL", False, reason.removeprefix("RAPL: "))
+    return BackendStatus("RAPL", True, "samples CPU package energy with --collectors rapl (joules per step)")
+
+
 def backend_status() -> list[BackendStatus]:
     """Every counter backend, perf_event first."""
     ok, reason = supported()
-    return [BackendStatus(BACKEND, ok, reason), papi_status(), cupti_status(), nvml_status()]
+    return [BackendStatus(BACKEND, ok, reason), papi_status(), cupti_status(), nvml_status(), rapl_status()]
 
 
 class CountersCollector(Collector):

@@ -20,6 +20,10 @@ def test_lists_task_clock_and_why_papi_is_unavailable(capsys: pytest.CaptureFixt
     if importlib.util.find_spec("pypapi") is None:
         assert "PAPI: python-papi is not installed (pip install 'dlprof[papi]')" in out
     assert "CUPTI:" in out and "NVML:" in out
+    from dlprof.collectors.rapl import RaplCollector
+
+    rapl_ok, rapl_reason = RaplCollector.available()
+    assert ("RAPL: samples CPU package energy" in out) if rapl_ok else (f"RAPL: {rapl_reason[6:40]}" in out)
 
 
 def test_json_format(capsys: pytest.CaptureFixture[str]) -> None:
@@ -28,5 +32,5 @@ def test_json_format(capsys: pytest.CaptureFixture[str]) -> None:
     names = {c["name"]: c for c in document["counters"]}
     assert {"task-clock", "page-faults", "cycles"} <= set(names)
     assert set(names["task-clock"]) == {"name", "backend", "description", "unit", "available", "reason"}
-    assert [b["name"] for b in document["backends"]] == ["perf_event", "PAPI", "CUPTI", "NVML"]
+    assert [b["name"] for b in document["backends"]] == ["perf_event", "PAPI", "CUPTI", "NVML", "RAPL"]
     assert all(b["available"] or b["reason"] for b in document["backends"])
