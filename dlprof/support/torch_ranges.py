@@ -36,10 +36,12 @@ class RangeCuts:
         self._torch = torch
         self._class: Any = record_function
         self._originals: tuple[Any, Any] | None = None
+        self._wrappers: tuple[Any, Any] | None = None
         self._thread = threading.get_ident()  # the profiling thread: Kineto follows its ranges only
         self._open: dict[int, Any] = {}  # ranges entered while recording and not exited, in entry order
         self._suspended: set[int] = set()  # ended at a stop, to be entered again at the next start
         self._recording = False
+        self._uninstalling = False  # asked to go while ended ranges were still open
         self.splits: Counter[str] = Counter()  # range name -> times split at a cut
 
     def install(self) -> None:
@@ -63,14 +65,29 @@ class RangeCuts:
                 return exit_(instance, *exception)
             finally:
                 instance.run_callbacks_on_exit = True
+                if cuts._uninstalling and not cuts._suspended:
+                    cuts._restore()
 
         self._originals = (enter, exit_)
+        self._wrappers = (entered, exited)
         self._class.__enter__, self._class.__exit__ = entered, exited
 
     def uninstall(self) -> None:
-        if self._originals is not None:
+        """Stop following ranges; ranges ended at the last stop and still open keep the wrapper
+        until they exit (torch's own exit would end them a second time)."""
+        self._recording = False
+        self._open = {key: instance for key, instance in self._open.items() if key in self._suspended}
+        if self._suspended:
+            self._uninstalling = True
+        else:
+            self._restore()
+
+    def _restore(self) -> None:
+        # A later session may have wrapped these wrappers: they then stay, passing calls through.
+        if self._originals is not None and (self._class.__enter__, self._class.__exit__) == self._wrappers:
             self._class.__enter__, self._class.__exit__ = self._originals
-            self._originals = None
+        self._originals = None
+        self._uninstalling = False
 
     def started(self) -> None:
         """The recording has started: enter the ranges ended at the last stop again."""

@@ -1,0 +1,70 @@
+"""Ranges kept whole across the profiler's cuts, on real torch.profiler recordings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlprof.support.torch_ranges import RangeCuts
+
+pytestmark = pytest.mark.torch
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+from torch.autograd.profiler import record_function  # noqa: E402
+from torch.profiler.profiler import _KinetoProfile  # noqa: E402
+
+
+def recording(cuts: RangeCuts) -> _KinetoProfile:
+    profile = _KinetoProfile()
+    profile.prepare_trace()
+    profile.start_trace()
+    cuts.started()
+    return profile
+
+
+def names_in(profile: _KinetoProfile, path: Path) -> list[str]:
+    profile.export_chrome_trace(str(path))
+    return [e.get("name") for e in json.loads(path.read_text())["traceEvents"]]
+
+
+def test_a_range_open_at_a_cut_is_in_both_recordings(tmp_path: Path) -> None:
+    original = record_function.__exit__
+    cuts = RangeCuts()
+    cuts.install()
+    try:
+        first = recording(cuts)
+        outer = record_function("outer")
+        outer.__enter__()
+        torch.ones(4).sum()
+        cuts.stopping()
+        first.stop_trace()
+        second = recording(cuts)
+        torch.ones(4).sum()
+        outer.__exit__(None, None, None)
+        cuts.stopping()
+        second.stop_trace()
+        assert names_in(first, tmp_path / "first.json").count("outer") == 1
+        assert names_in(second, tmp_path / "second.json").count("outer") == 1, "entered again, ended by the program"
+        assert cuts.splits == {"outer": 1}
+    finally:
+        cuts.uninstall()
+    assert record_function.__exit__ is original
+
+
+def test_a_range_still_open_when_profiling_ends_is_not_ended_twice() -> None:
+    original = record_function.__exit__
+    cuts = RangeCuts()
+    cuts.install()
+    profile = recording(cuts)
+    late = record_function("late")
+    late.__enter__()
+    cuts.stopping()
+    profile.stop_trace()
+    cuts.uninstall()
+    assert record_function.__exit__ is not original, "kept until the ended range exits"
+    late.__exit__(None, None, None)  # torch's own exit would end it a second time
+    assert record_function.__exit__ is original
+    with record_function("after"):  # later ranges are torch's alone
+        torch.ones(2).sum()
