@@ -10,8 +10,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from dlprof.analysis.ancestry import nearest_ancestor
-from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition, steps_sql
-from dlprof.engine.dialect import Dialect
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition, step_at_sql
 from dlprof.engine.rows import Rows
 from dlprof.keys import DEVICE_KINDS, SCOPE_LAYER_CATEGORY, GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
@@ -112,7 +111,9 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
                  "WHERE ancestor_id IS NOT NULL GROUP BY rank, ancestor_id")
         joins += f" LEFT JOIN ({inner}) AS inner_layers ON inner_layers.rank = s.rank AND inner_layers.id = s.id"
         self_ns = "greatest(s.dur_ns - coalesce(inner_layers.inner_ns, 0), 0)"
-        joins += (f" LEFT JOIN ({_scope_layer_steps(d, rank)}) AS scope_steps "
+        pieces = (f"SELECT rank, id, start_ns AS t FROM slices WHERE kind = {d.literal(str(Kind.MODULE))} "
+                  f"AND category = {d.literal(SCOPE_LAYER_CATEGORY)}{rank_condition(rank)}")
+        joins += (f" LEFT JOIN ({step_at_sql(d, pieces, rank)}) AS scope_steps "
                   "ON scope_steps.rank = s.rank AND scope_steps.id = s.id")
         # Slice ids are positive: a step's call key is negative, apart from them.
         call_key = "coalesce(-1 - scope_steps.step_index, s.id)"
@@ -127,25 +128,6 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
         f"{self_ns} AS self_ns, s.bytes, s.flops, {call_key} AS call_key FROM slices s{joins} "
         f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}{conditions}"
     )
-
-
-def _scope_layer_steps(d: Dialect, rank: int | None) -> str:
-    """Each layer slice derived from TensorFlow name scopes with the index of the step it began
-    in (``step_index``, null outside every step): ``rank``, ``id``, ``step_index``.
-
-    The slices and the steps' starts in time order per rank: a slice is in the last step that
-    began at or before it, if that step had not ended.
-    """
-    pieces = (f"SELECT rank, id, start_ns, CAST(NULL AS BIGINT) AS step_index, CAST(NULL AS BIGINT) AS step_end, "
-              f"1 AS mark FROM slices WHERE kind = {d.literal(str(Kind.MODULE))} "
-              f"AND category = {d.literal(SCOPE_LAYER_CATEGORY)}{rank_condition(rank)}")
-    steps = (f"SELECT rank, CAST(NULL AS BIGINT) AS id, start_ns, step_index, end_ns AS step_end, 0 AS mark "
-             f"FROM ({steps_sql(rank)}) AS steps")
-    frame = "OVER (PARTITION BY rank ORDER BY start_ns, mark ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-    placed = (f"SELECT rank, id, start_ns, {d.last_non_null('step_index')} {frame} AS step_index, "
-              f"{d.last_non_null('step_end')} {frame} AS step_end FROM ({pieces} UNION ALL {steps}) AS marks")
-    return (f"SELECT rank, id, CASE WHEN start_ns < step_end THEN step_index END AS step_index "
-            f"FROM ({placed}) AS placed WHERE id IS NOT NULL")
 
 
 def _launched_device_time(run: Run, selection: str, keys: list[str]) -> dict[tuple[Any, ...], int] | None:
@@ -188,9 +170,11 @@ def top_rows(
     if by is SortKey.DEVICE and not device:
         raise ValueError("--by device: this run has no device activity")
     measures = ("dur_ns", "self_ns", "bytes", "flops")
-    # The pieces of one call first (one slice each, but for layers from TensorFlow name scopes).
-    calls = (f"SELECT {', '.join(keys)}, call_key, " + ", ".join(f"sum({c}) AS {c}" for c in measures)
-             + f" FROM ({selection}) AS selected GROUP BY {', '.join(keys)}, call_key")
+    calls = selection
+    if kind == Kind.MODULE:
+        # The pieces of one call first: a layer from TensorFlow name scopes is several slices.
+        calls = (f"SELECT {', '.join(keys)}, call_key, " + ", ".join(f"sum({c}) AS {c}" for c in measures)
+                 + f" FROM ({selection}) AS selected GROUP BY {', '.join(keys)}, call_key")
     grouped = run.query(
         f"SELECT {', '.join(keys)}, count(*) AS calls, "
         + ", ".join(f"CAST(coalesce(sum({c}), 0) AS BIGINT) AS {c}" for c in measures)

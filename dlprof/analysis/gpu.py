@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition, steps_sql
+from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, rank_condition, step_at_sql, steps_sql
 from dlprof.engine.dialect import Dialect
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -87,26 +87,12 @@ def work_sql(dialect: Dialect, rank: int | None = None) -> str:
         f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}"
     )
-    # Each piece of work and each step start in time order per rank: the last step started at or
-    # before the work's launch (or start) is its step, if the work came before that step ended.
-    marks = (
-        "SELECT rank, start_ns AS t, 0 AS is_work, step_index, end_ns AS step_end, name AS step_name, "
-        "CAST(NULL AS BIGINT) AS id FROM steps "
-        "UNION ALL SELECT rank, coalesce(launch_ns, start_ns) AS t, 1 AS is_work, CAST(NULL AS BIGINT), "
-        "CAST(NULL AS BIGINT), CAST(NULL AS STRING), id FROM work"
-    )
-    frame = f"OVER (PARTITION BY rank ORDER BY t, is_work {_UPTO})"
-    placed = (
-        f"SELECT rank, id, t, {dialect.last_non_null('step_index')} {frame} AS step_index, "
-        f"{dialect.last_non_null('step_end')} {frame} AS step_end, "
-        f"{dialect.last_non_null('step_name')} {frame} AS step_name, is_work FROM marks"
-    )
+    # A piece of work's step is the one it was launched in (or began in, when not linked).
+    placed = step_at_sql(dialect, "SELECT rank, id, coalesce(launch_ns, start_ns) AS t FROM work", rank)
     return (
-        f"WITH steps AS ({steps_sql(rank)}), work AS ({work}), marks AS ({marks}), placed AS ({placed}) "
-        "SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.end_ns, w.launch_ns, "
-        "CASE WHEN p.t < p.step_end THEN p.step_name END AS step, "
-        "CASE WHEN p.t < p.step_end THEN p.step_index END AS step_index "
-        "FROM work w JOIN placed p ON p.is_work = 1 AND p.rank = w.rank AND p.id = w.id"
+        f"WITH work AS ({work}) "
+        "SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.end_ns, w.launch_ns, p.step, p.step_index "
+        f"FROM work w JOIN ({placed}) AS p ON p.rank = w.rank AND p.id = w.id"
     )
 
 

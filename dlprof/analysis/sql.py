@@ -8,6 +8,7 @@ Each helper returns a query (or a condition) over the run's views, in the SQL bo
 
 from __future__ import annotations
 
+from dlprof.engine.dialect import Dialect
 from dlprof.keys import DEVICE_KINDS, Kind
 
 DEVICE_KINDS_SQL = "(" + ", ".join(f"'{k}'" for k in sorted(DEVICE_KINDS)) + ")"
@@ -68,4 +69,30 @@ def steps_sql(rank: int | None = None) -> str:
         "SELECT rank, name, start_ns, start_ns + dur_ns AS end_ns, CAST(row_number() OVER ("
         "PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) AS step_index "
         f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
+    )
+
+
+def step_at_sql(dialect: Dialect, items: str, rank: int | None = None) -> str:
+    """The CPU step each item fell in by time: ``rank``, ``id``, ``step_index`` and ``step`` (the
+    step's name), both null for an item outside every step.
+
+    ``items`` is a query of ``rank``, ``id`` and ``t``. The items and the steps' starts go in time
+    order per rank (a step first at an equal time): an item is in the last step started at or
+    before its ``t``, if that step had not ended by then.
+    """
+    marks = (
+        "SELECT rank, start_ns AS t, 0 AS is_item, step_index, end_ns AS step_end, name AS step_name, "
+        f"CAST(NULL AS BIGINT) AS id FROM ({steps_sql(rank)}) AS steps "
+        "UNION ALL SELECT rank, t, 1 AS is_item, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS STRING), id "
+        f"FROM ({items}) AS items"
+    )
+    frame = "OVER (PARTITION BY rank ORDER BY t, is_item ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    placed = (
+        f"SELECT rank, id, t, is_item, {dialect.last_non_null('step_index')} {frame} AS step_index, "
+        f"{dialect.last_non_null('step_end')} {frame} AS step_end, "
+        f"{dialect.last_non_null('step_name')} {frame} AS step_name FROM ({marks}) AS marks"
+    )
+    return (
+        "SELECT rank, id, CASE WHEN t < step_end THEN step_index END AS step_index, "
+        f"CASE WHEN t < step_end THEN step_name END AS step FROM ({placed}) AS placed WHERE is_item = 1"
     )

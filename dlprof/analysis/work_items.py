@@ -72,10 +72,16 @@ def _counter_sums() -> str:
 _IN_TIME_ORDER = " ORDER BY {t}.rank, {t}.start_ns, {t}.id"
 
 
-def _gpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
-    layer_join = (f" LEFT JOIN ({layers_sql}) AS a ON a.rank = o.rank AND a.id = o.id "
-                  f"LEFT JOIN slices m ON m.rank = a.rank AND m.id = a.ancestor_id") if with_layers else ""
-    layer = "m.name AS layer" if with_layers else "CAST(NULL AS STRING) AS layer"
+def _layer_of_op(layers_sql: str) -> tuple[str, str]:
+    """The ``layer`` column and the joins that find it for the op ``o`` (none without layers)."""
+    if not layers_sql:
+        return "CAST(NULL AS STRING) AS layer", ""
+    return "m.name AS layer", (f" LEFT JOIN ({layers_sql}) AS a ON a.rank = o.rank AND a.id = o.id "
+                               "LEFT JOIN slices m ON m.rank = a.rank AND m.id = a.ancestor_id")
+
+
+def _gpu_query(rank: int | None, layers_sql: str) -> str:
+    layer, layer_join = _layer_of_op(layers_sql)
     return (
         f"SELECT w.rank, w.id, w.kind, w.name, w.device, w.start_ns, "
         f"CASE WHEN w.kind = '{PROFILER_RANGE}' THEN NULL ELSE w.dur_ns END AS time_ns, "
@@ -90,10 +96,8 @@ def _gpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
     )
 
 
-def _cpu_query(rank: int | None, with_layers: bool, layers_sql: str) -> str:
-    layer_join = (f" LEFT JOIN ({layers_sql}) AS a ON a.rank = o.rank AND a.id = o.id "
-                  f"LEFT JOIN slices m ON m.rank = a.rank AND m.id = a.ancestor_id") if with_layers else ""
-    layer = "m.name AS layer" if with_layers else "CAST(NULL AS STRING) AS layer"
+def _cpu_query(rank: int | None, layers_sql: str) -> str:
+    layer, layer_join = _layer_of_op(layers_sql)
     return (
         f"SELECT o.rank, o.id, o.kind, o.name, 'cpu' AS device, o.start_ns, o.dur_ns AS time_ns, "
         f"CAST(NULL AS STRING) AS grid, CAST(NULL AS STRING) AS block, CAST(NULL AS INTEGER) AS registers, "
@@ -126,11 +130,11 @@ def work_items(run: Run, rank: int | None = None, with_layers: bool = False) -> 
                             "LIMIT 1").rows)
     layers = nearest_ancestor(run.engine.dialect, f"kind = '{Kind.MODULE}'", rank) if with_layers else ""
     if on_gpu:
-        table = run.sql(_gpu_query(rank, with_layers, layers).replace("{counters}", _counter_sums()))
+        table = run.sql(_gpu_query(rank, layers).replace("{counters}", _counter_sums()))
         total = run.query(f"SELECT coalesce(sum(dur_ns), 0) FROM slices WHERE kind IN {DEVICE_KINDS_SQL}"
                           f"{rank_condition(rank)}").rows[0][0]
     else:
-        table = run.sql(_cpu_query(rank, with_layers, layers))
+        table = run.sql(_cpu_query(rank, layers))
         total = run.query(f"SELECT coalesce(sum(self_ns), 0) FROM slices WHERE kind = '{Kind.OP}' AND {ON_CPU}"
                           f"{rank_condition(rank)}").rows[0][0]
     return WorkItems(_with_amounts(table), on_gpu, int(total))

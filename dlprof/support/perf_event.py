@@ -234,7 +234,7 @@ def _open_any_mode(spec: EventSpec, pid: int, inherit: bool, user_only: bool,
     return open_event(spec, pid, inherit, True, group_fd, disabled), True
 
 
-def _read(fd: int) -> tuple[int, int, int]:
+def read_event(fd: int) -> tuple[int, int, int]:
     """(count, ns enabled, ns running) of one event."""
     value, enabled, running = struct.unpack("=QQQ", os.read(fd, 24))
     return int(value), int(enabled), int(running)
@@ -329,7 +329,7 @@ class PerfCounters:
         for fds in self._fds:
             total = missed = 0
             for fd in fds:
-                value, enabled, running = _read(fd)
+                value, enabled, running = read_event(fd)
                 total += scale(value, enabled, running)
                 missed += enabled - running
             values.append(total)

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlprof.support.perf_event import EventSpec, PerfEventError, open_event, paranoid_level
+from dlprof.support.perf_event import EventSpec, PerfEventError, open_event, paranoid_level, read_event
 
 POWER_PMU = Path("/sys/bus/event_source/devices/power")
 PACKAGE_EVENT = "energy-pkg"
@@ -109,8 +108,7 @@ class PackageEnergy:
 
     def read(self) -> tuple[float, ...]:
         """Joules per package, counted since the counters opened."""
-        return tuple(struct.unpack("=QQQ", os.read(fd, 24))[0] * self._event.joules_per_count
-                     for fd in self._fds)
+        return tuple(read_event(fd)[0] * self._event.joules_per_count for fd in self._fds)
 
     def close(self) -> None:
         for fd in self._fds:
