@@ -145,6 +145,36 @@ def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
     assert len(bodies) == 12 and bodies.parent_id.notna().all(), "each body in its step"
 
 
+def test_a_region_begun_late_in_a_step_and_saved_inside_both_ends_with_the_step(tmp_path: Path) -> None:
+    """A region around the loop body begins late in the first step (the step holds start-up) and
+    outlives it (the optimizer's step ends it from inside the body); a save inside both leaves
+    the body's children under the body, so the body cannot be stretched back over the step: it
+    ends with the step, and the run stays one tree."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), flush_steps=1)
+    with Session(config) as session:
+        _spin(30_000_000)  # start-up, inside step 0
+        for step in range(3):
+            with dlprof.region("body"):
+                with dlprof.region("zero_grad"):
+                    _spin(1_000_000)
+                if step == 0:
+                    session._save(within_step=True)  # a save by time: the step and the body open
+                with dlprof.region("forward"):
+                    _spin(2_000_000)
+                session.step()  # the optimizer's step ends the step, inside the body, and saves
+                with dlprof.region("after the step"):  # longer than the body's part in the step
+                    _spin(40_000_000 if step == 0 else 1_000_000)
+    run = dlprof.load(tmp_path / "run")
+    assert_well_nested(run)
+    slices = run.slices
+    [first] = slices[slices.name == "ProfilerStep#0"].itertuples()
+    bodies = slices[slices.name == "body"].sort_values("start_ns")
+    assert bodies.iloc[0].start_ns > first.start_ns + 30_000_000, "the body is not stretched over start-up"
+    assert bodies.iloc[0].start_ns + bodies.iloc[0].dur_ns == first.start_ns + first.dur_ns
+    assert bodies.iloc[0].parent_id == first.id
+    assert run.manifest.normalised["clipped_to_parent"] >= 1
+
+
 def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
     """As TAU throttles a timer: past 100,000 calls at under 10 us each, later calls are counted,
     not traced, and the run says so."""

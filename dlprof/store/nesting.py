@@ -14,7 +14,10 @@ A run is nested one save at a time (:func:`nest_window`). A slice still open whe
 made (a region around the whole training loop) takes part as an *anchor*: a placeholder with
 its id and start and no end yet, so that the slices of that save nest under it as they would in
 the whole run; its own row comes with a later save, and the time of its children in earlier
-saves is handed back so that its self time can be made whole.
+saves is handed back so that its self time can be made whole. Such a row that outlives the
+slice it began in (a loop body begun late in a first step that holds start-up, ended after the
+step by the optimizer's hook) ends with that slice: stretched back over it, the children it
+took in the earlier save, which lie inside that slice too, would cross it.
 """
 
 from __future__ import annotations
@@ -137,8 +140,10 @@ def nest_window(
             parents and count their depth from theirs. They are not returned.
         open_before: ids of slices of ``table`` that were anchors of earlier saves.
 
-    An anchor, or a slice that was one, may be extended back over a slice it began in, never
-    moved later: its children in earlier saves were nested under its start.
+    An anchor may be extended back over a slice it began in, never moved later: its children in
+    that save were nested under its start. A slice that was an anchor of an earlier save is
+    neither: it ends with the slice it began in (which was open at that save too, so the
+    children it had there lie inside both).
 
     Returns:
         The nested slices (as :func:`nest_slices` gives them), the report, and per anchor the
@@ -153,8 +158,9 @@ def nest_window(
         table = pa.concat_tables([table, _open_rows(anchors, table.schema)])
     total = table.num_rows
     keep_start = np.arange(total) >= n
+    clip_only = np.zeros(total, dtype=bool)
     if open_before:
-        keep_start |= pc.is_in(table.column("id"), pa.array(list(open_before), pa.int64())).to_numpy(
+        clip_only = pc.is_in(table.column("id"), pa.array(list(open_before), pa.int64())).to_numpy(
             zero_copy_only=False)
     dur_in = table.column("dur_ns").to_numpy(zero_copy_only=False).copy()
     negative = dur_in < 0
@@ -166,7 +172,7 @@ def nest_window(
     for attempt in range(_ADJUSTING_PASSES + 1):
         moves = report.moved_past_parent + report.extended_over_parent
         order, start, end, parent, depth = _nest_in_order(
-            table, report, extend=attempt < _ADJUSTING_PASSES, keep_start=keep_start
+            table, report, extend=attempt < _ADJUSTING_PASSES, keep_start=keep_start, clip_only=clip_only
         )
         if report.moved_past_parent + report.extended_over_parent == moves:
             break
@@ -232,12 +238,15 @@ def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _nest_in_order(
-    table: pa.Table, report: NestingReport, extend: bool, keep_start: np.ndarray | None = None
+    table: pa.Table, report: NestingReport, extend: bool, keep_start: np.ndarray | None = None,
+    clip_only: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
     """One nesting pass over the slices in track order; adds what it changed to ``report``.
 
     ``keep_start`` marks slices (by position in ``table``) whose start must not move later:
-    slices open at a save, whose children in that save were nested under their start.
+    slices open at this save, whose children in it were nested under their start.
+    ``clip_only`` marks slices that must not move at all, only end with the slice they began
+    in: slices open at an earlier save (see :func:`nest_window`).
 
     Returns:
         The order (positions in ``table``), and per position in that order: start, end (both
@@ -252,6 +261,7 @@ def _nest_in_order(
     on_device = tracks.on_device.tolist()
     n = len(start)
     fixed = keep_start[order].tolist() if keep_start is not None else [False] * n
+    unmovable = clip_only[order].tolist() if clip_only is not None else [False] * n
     parent = [-1] * n
     depth = [0] * n
     overlapping = 0
@@ -274,8 +284,8 @@ def _nest_in_order(
             if not stack or end[i] <= end[stack[-1]]:
                 break
             top = stack[-1]
-            if not extend or end[i] - end[top] <= end[top] - start[i]:
-                end[i] = end[top]  # mostly inside its parent: clip the overrun
+            if not extend or unmovable[i] or end[i] - end[top] <= end[top] - start[i]:
+                end[i] = end[top]  # mostly inside its parent (or bound to it): clip the overrun
                 report.clipped_to_parent += 1
                 break
             # Mostly after the slice it started in: two sources timed neighbouring work with
