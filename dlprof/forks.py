@@ -53,8 +53,9 @@ SAVE_EVERY = 20_000
 SAVE_EVERY_NS = 1_000_000_000
 # The signal a stopping parent sends its forked children: save, acknowledge, record no more.
 GATHER_SIGNAL = signal.SIGURG
-# Where children acknowledge (in the run directory).
-ACKS = "forks"
+# Where children acknowledge (in the run directory), a folder per rank: each rank of a job
+# gathers its own children and removes its own folder while the others still use theirs.
+ACKS = "forks-rank={rank}"
 
 _active: ForkFollower | None = None
 _registered = False
@@ -134,8 +135,11 @@ class ForkFollower:
 
     def _acknowledge(self) -> None:
         """Tell the parent what this child saved so far (a small file, replaced whole)."""
-        path = self.run_dir / ACKS / f"{os.getpid()}.json"
+        path = self._acks_dir() / f"{os.getpid()}.json"
         write_text(path, json.dumps({"kinds": self._saved_kinds, "stopped": self.stopped}))
+
+    def _acks_dir(self) -> Path:
+        return self.run_dir / ACKS.format(rank=self.slices.rank)
 
     def _leave(self) -> None:
         """The child's last exit handler: leave without the C++ static destructors."""
@@ -159,7 +163,7 @@ class ForkFollower:
         """
         import psutil
 
-        acks = self.run_dir / ACKS
+        acks = self._acks_dir()
         try:
             children = psutil.Process().children()
         except psutil.Error:
@@ -188,8 +192,10 @@ class ForkFollower:
             except (OSError, ValueError, KeyError):
                 continue
             ack.unlink(missing_ok=True)
-        if acks.is_dir() and not any(acks.iterdir()):
+        try:
             acks.rmdir()
+        except OSError:  # not there (no child saved), or a late acknowledgement in it
+            pass
         return {
             "children": saved,
             "not_answering": sorted(waiting),

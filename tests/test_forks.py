@@ -75,3 +75,28 @@ def test_children_started_otherwise_are_noted(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     noted = dlprof.load(tmp_path / "run").manifest.saving["forked_children"]["not_followed"]
     assert len(noted) == 1 and "time.sleep(5)" in noted[0]
+
+
+def test_each_rank_gathers_only_its_own_childrens_acknowledgements(tmp_path: Path) -> None:
+    """The ranks of a job share the run directory and stop at about the same moment: one rank
+    neither takes another's children's counts nor removes the folder they acknowledge in."""
+    import os
+
+    from dlprof.forks import ForkFollower
+    from dlprof.store.sink import Sink
+    from dlprof.store.slice_buffer import SliceBuffer
+    from dlprof.store.writer import RankWriter
+
+    def follower(rank: int) -> ForkFollower:
+        return ForkFollower(SliceBuffer(rank, os.getpid(), 0), Sink(RankWriter(tmp_path, rank)), tmp_path,
+                            on_child=lambda: None)
+
+    first, second = follower(0), follower(1)
+    child_of_second = follower(1)
+    child_of_second.in_child = True
+    child_of_second.slices.record(child_of_second.slices.kind_code("dataloader"),
+                                  child_of_second.slices.intern("DataLoader.fetch"), 1, 0, 10)
+    child_of_second.save()  # what a worker of rank 1 does when its parent stops
+    assert first.gather(timeout_s=0)["children"] == {}
+    assert second.gather(timeout_s=0)["children"] == {str(os.getpid()): {"dataloader": 1}}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("forks")], "each rank removes its folder"
