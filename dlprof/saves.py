@@ -45,14 +45,16 @@ class Saver:
         # Ids of slices handed over as open, and per save the ones among them that ended in it.
         self._opened: set[int] = set()
         self._ended_in: dict[int, list[int]] = {}
-        # Per slice handed over open: its children's time in saves before the one it ended in,
-        # and the earliest start nesting moved it to in them.
-        self._children_ns: dict[int, int] = {}
+        # Per save, each slice open at it: its children's time there; and per slice, the
+        # earliest start nesting moved it to, and the first save that moved it.
+        self._children_in: dict[int, dict[int, int]] = {}
         self._starts_ns: dict[int, int] = {}
-        # Per save, each open slice's (pid, tid, start) and depth in it: what its descendants
-        # there counted their depth from.
+        self._moved_in: dict[int, int] = {}
+        # Per save, each open slice's (pid, tid, start), depth and parent (another open slice)
+        # in it: what its descendants there counted their depth from.
         self._open_at: dict[int, dict[int, tuple[int, int, int]]] = {}
         self._open_depths: dict[int, dict[int, int]] = {}
+        self._open_parents: dict[int, dict[int, int]] = {}
         self._normalised: dict[str, int] = {}
         self.saves = 0
 
@@ -102,23 +104,61 @@ class Saver:
             Rows per table in the rank's parts, and what nesting changed, per kind of change.
         """
         self._finisher.close()
+        dropped = self._stretched_back_over_parents()
+        children_ns: dict[int, int] = {}
+        for number, times in self._children_in.items():
+            for slice_id, time_ns in times.items():
+                # What a slice dropped out of a save's chain held there is its parent's there.
+                owner = self._open_parents[number].get(slice_id, slice_id) if (number, slice_id) in dropped \
+                    else slice_id
+                children_ns[owner] = children_ns.get(owner, 0) + time_ns
         final_depths: dict[int, int] = {}
         for number, ended in self._ended_in.items():
             self._writer.amend_open_slices(
                 number,
-                {slice_id: self._children_ns[slice_id] for slice_id in ended if slice_id in self._children_ns},
+                {slice_id: children_ns[slice_id] for slice_id in ended if slice_id in children_ns},
                 {slice_id: self._starts_ns[slice_id] for slice_id in ended if slice_id in self._starts_ns},
             )
             final_depths.update(self._writer.depths_of(number, set(ended)))
-        for number, depths in self._open_depths.items():
-            shifts = [(*self._open_at[number][slice_id], depth, final_depths[slice_id] - depth)
-                      for slice_id, depth in depths.items()
-                      if slice_id in final_depths and final_depths[slice_id] != depth]
-            self._writer.shift_depths(number, shifts)
+        for number in self._open_depths:
+            shifts = self._depth_shifts(number, final_depths, dropped)
+            parents = {slice_id: self._open_parents[number].get(slice_id) for n, slice_id in dropped if n == number}
+            self._writer.shift_depths(number, shifts, parents)
         counts, report = self._writer.compact()
         for what, count in report.as_counts().items():
             self._normalised[what] = self._normalised.get(what, 0) + count
         return counts, dict(self._normalised)
+
+    def _stretched_back_over_parents(self) -> set[tuple[int, int]]:
+        """(save, slice) for each slice open at a save that a later save stretched back over the
+        slice it began in (a region begun inside a first step that outlived it, both open at a
+        save inside that step): at the earlier save it lay inside that parent with children of
+        its own, which now lie inside the parent only, so it leaves that save's chain."""
+        return {(number, slice_id) for slice_id, moved_in in self._moved_in.items()
+                for number, depths in self._open_depths.items()
+                if number < moved_in and slice_id in depths and slice_id in self._open_parents[number]}
+
+    def _depth_shifts(self, number: int, final_depths: dict[int, int],
+                      dropped: set[tuple[int, int]]) -> list[tuple[int, int, int, int, int]]:
+        """How the depth of what save ``number`` nested under each slice then open moves (see
+        :meth:`RankWriter.shift_depths`): by that slice's own change of depth, or, for one that
+        left the chain, one level less than its parent's change."""
+        depths, parents = self._open_depths[number], self._open_parents[number]
+        shifts: dict[int, int] = {}
+
+        def shift(slice_id: int) -> int | None:
+            if slice_id not in shifts:
+                if (number, slice_id) in dropped:
+                    outer = parents.get(slice_id)
+                    shifts[slice_id] = ((shift(outer) or 0) if outer is not None else -depths[slice_id]) - 1
+                elif slice_id in final_depths:
+                    shifts[slice_id] = final_depths[slice_id] - depths[slice_id]
+                else:
+                    return None
+            return shifts[slice_id]
+
+        return [(*self._open_at[number][slice_id], depth, by) for slice_id, depth in depths.items()
+                if (by := shift(slice_id)) is not None and (by or (number, slice_id) in dropped)]
 
     @property
     def child_failures(self) -> int:
@@ -131,14 +171,14 @@ class Saver:
 
     def _finished(self, result: Result) -> None:
         with self._lock:  # the finisher's thread and the closing session both report here
-            for slice_id, time_ns in result["open_children_ns"].items():
-                key = int(slice_id)
-                self._children_ns[key] = self._children_ns.get(key, 0) + int(time_ns)
+            number = int(result["number"])
+            self._children_in[number] = {int(k): int(v) for k, v in result["open_children_ns"].items()}
             for slice_id, start_ns in result["open_starts_ns"].items():
                 key = int(slice_id)
                 self._starts_ns[key] = min(self._starts_ns.get(key, start_ns), int(start_ns))
-            number = int(result["number"])
+                self._moved_in[key] = min(self._moved_in.get(key, number), number)
             self._open_depths[number] = {int(k): int(v) for k, v in result["open_depths"].items()}
+            self._open_parents[number] = {int(k): int(v) for k, v in result.get("open_parents", {}).items()}
             for slice_id, start_ns in result["open_starts_ns"].items():  # its descendants there begin there
                 pid, tid, _ = self._open_at[number][int(slice_id)]
                 self._open_at[number][int(slice_id)] = (pid, tid, int(start_ns))

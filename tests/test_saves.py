@@ -166,6 +166,7 @@ def test_a_region_begun_late_in_a_step_and_saved_inside_both_ends_with_the_step(
                     _spin(40_000_000 if step == 0 else 1_000_000)
     run = dlprof.load(tmp_path / "run")
     assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
     slices = run.slices
     [first] = slices[slices.name == "ProfilerStep#0"].itertuples()
     bodies = slices[slices.name == "body"].sort_values("start_ns")
@@ -173,6 +174,45 @@ def test_a_region_begun_late_in_a_step_and_saved_inside_both_ends_with_the_step(
     assert bodies.iloc[0].start_ns + bodies.iloc[0].dur_ns == first.start_ns + first.dur_ns
     assert bodies.iloc[0].parent_id == first.id
     assert run.manifest.normalised["clipped_to_parent"] >= 1
+
+
+def assert_self_time_is_what_children_leave(run: dlprof.Run) -> None:
+    """Every CPU slice's self time is its duration less its children's (none below zero)."""
+    slices = run.slices[run.slices.device == "cpu"].set_index("id")
+    children = slices.dropna(subset=["parent_id"]).groupby("parent_id").dur_ns.sum()
+    expected = (slices.dur_ns - children.reindex(slices.index).fillna(0)).clip(lower=0)
+    wrong = slices.self_ns != expected
+    assert not wrong.any(), slices[wrong][["name", "self_ns"]].assign(expected=expected[wrong]).head().to_string()
+
+
+def test_an_epoch_region_begun_in_a_first_step_saved_inside_both_stays_one_tree(tmp_path: Path) -> None:
+    """A region around an epoch begins late in the first step and spans the steps after it; a
+    save inside the first step found both open and nested the epoch's first children under the
+    epoch. The epoch is later stretched back over the step: those children then lie inside the
+    step, not directly under the epoch, and the self times add up."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), flush_steps=1)
+    with Session(config) as session:
+        _spin(30_000_000)  # start-up, inside step 0
+        for epoch in range(2):
+            with dlprof.region("epoch"):
+                for step in range(3):
+                    with dlprof.region("zero_grad"):
+                        _spin(1_000_000)
+                    if epoch == 0 and step == 0:
+                        session._save(within_step=True)  # a save by time inside the first step
+                    with dlprof.region("forward"):
+                        _spin(2_000_000)
+                    session.step()
+    run = dlprof.load(tmp_path / "run")
+    assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
+    slices = run.slices
+    [first_step] = slices[slices.name == "ProfilerStep#0"].itertuples()
+    first_epoch = slices[slices.name == "epoch"].sort_values("start_ns").iloc[0]
+    [early] = slices[slices.name == "zero_grad"].sort_values("start_ns").head(1).itertuples()
+    assert early.parent_id == first_step.id and first_step.parent_id == first_epoch.id
+    steps_in_epoch = slices[(slices.parent_id == first_epoch.id) & (slices.kind == "step")]
+    assert len(steps_in_epoch) == 3
 
 
 def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
 from dlprof.store import safe_files
 from dlprof.store.layout import PENDING
+from dlprof.store.processes import alive
 from dlprof.store.writer import RankWriter
 
 Result = dict[str, Any]
@@ -125,9 +126,10 @@ def finish(job: SaveJob) -> Result:
     """Convert a save's cycles, nest everything, write its parts, remove what they replace.
 
     Returns:
-        ``number``, ``rows`` per table, ``nesting`` (what nesting changed), ``open_children_ns``
-        and ``open_starts_ns`` (per slice still open at the save, the time of its children here
-        and where nesting moved its start), ``cycles`` (each
+        ``number``, ``rows`` per table, ``nesting`` (what nesting changed), ``open_children_ns``,
+        ``open_starts_ns``, ``open_depths`` and ``open_parents`` (per slice still open at the
+        save: the time of its children here, where nesting moved its start, its depth and its
+        parent here), ``cycles`` (each
         conversion's result, with the ``collector`` it goes to) and ``seconds``.
     """
     began = time.perf_counter()
@@ -152,6 +154,7 @@ def finish(job: SaveJob) -> Result:
         "open_children_ns": {str(k): v for k, v in report.open_slices.children_ns.items()},
         "open_starts_ns": {str(k): v for k, v in report.open_slices.starts_ns.items()},
         "open_depths": {str(k): v for k, v in report.open_slices.depths.items()},
+        "open_parents": {str(k): v for k, v in report.open_slices.parents.items()},
         "cycles": cycles,
         "seconds": time.perf_counter() - began,
     }
@@ -189,7 +192,7 @@ class PendingSaves:
         """Put back the jobs claimed by processes that are gone (a child killed mid-job)."""
         for claimed in self.directory.glob("save-*.claimed-*") if self.directory.is_dir() else ():
             pid = int(claimed.name.rpartition("-")[2])
-            if pid != os.getpid() and not _alive(pid):
+            if pid != os.getpid() and not alive(pid):
                 claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
 
     def left(self) -> int:
@@ -300,16 +303,6 @@ def finish_pending(run_dir: Path) -> int:
             finished += 1
         pending.remove_if_empty()
     return finished
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _anchors(open_slices: list[OpenSlice]) -> pa.Table | None:

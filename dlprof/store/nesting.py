@@ -126,6 +126,9 @@ class OpenSliceTimes:
     starts_ns: dict[int, int] = field(default_factory=dict)
     # Each one's depth here: what its descendants here count theirs from.
     depths: dict[int, int] = field(default_factory=dict)
+    # Each one's parent here (another open slice), where it has one: where its children here
+    # go if a later save stretches it back over that parent (see :class:`dlprof.saves.Saver`).
+    parents: dict[int, int] = field(default_factory=dict)
 
 
 def nest_window(
@@ -210,9 +213,11 @@ def nest_window(
     closed_child = has_parent & ~is_anchor
     closed_total = np.zeros(total, dtype=np.int64)
     np.add.at(closed_total, parent_pos[closed_child], dur[closed_child])
+    anchor_parents = np.where(has_parent, ids[np.maximum(parent_pos, 0)], -1)[is_anchor].tolist()
     times = OpenSliceTimes(
         children_ns=dict(zip(anchor_ids, closed_total[is_anchor].tolist(), strict=True)),
         depths=dict(zip(anchor_ids, np.asarray(depth)[is_anchor].tolist(), strict=True)),
+        parents={a: p for a, p in zip(anchor_ids, anchor_parents, strict=True) if p >= 0},
     )
     given = dict(zip(anchors.column("id").to_pylist(), anchors.column("start_ns").to_pylist(), strict=True)) \
         if anchors is not None else {}

@@ -25,6 +25,7 @@ from dlprof.keys import EngineKind, RunStatus, StoreTable
 from dlprof.store.job import combine, rank_status
 from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, RANK0_CLOCK, Manifest, read_rank_manifests
+from dlprof.store.processes import alive
 from dlprof.store.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -262,15 +263,7 @@ def load(path: str | os.PathLike[str], engine: EngineKind | str | None = None) -
 def _writer_alive(manifest: Manifest) -> bool:
     if manifest.host.hostname and manifest.host.hostname != socket.gethostname():
         return True  # cannot tell from here; trust the manifest
-    if manifest.writer_pid <= 0:
-        return False
-    try:
-        os.kill(manifest.writer_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return manifest.writer_pid > 0 and alive(manifest.writer_pid)
 
 
 def _read_table(run_dir: Path, table: StoreTable, clock_offsets: dict[int, int]) -> pa.Table:

@@ -191,18 +191,22 @@ class RankWriter:
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
 
 
-    def shift_depths(self, number: int, shifts: list[tuple[int, int, int, int, int]]) -> None:
+    def shift_depths(self, number: int, shifts: list[tuple[int, int, int, int, int]],
+                     parents: Mapping[int, int | None] | None = None) -> None:
         """Move the depth of what window ``number`` nested under slices then open whose depth
-        changed later (a slice that began inside it ended and nesting put it below).
+        changed later (a slice that began inside it ended and nesting put it below), and give
+        the children of open slices that left that window's chain their new parent.
 
         Args:
             number: the window.
             shifts: (pid, tid, start_ns, depth, by): on that thread, every slice from that start
                 on that is deeper than that depth (everything under the open slice) moves by
                 ``by``, the innermost open slice's shift applying to what lies under several.
+            parents: per open slice that left the chain, the parent its children take instead
+                (None: they have none).
         """
         path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
-        if not shifts or not path.exists():
+        if not (shifts or parents) or not path.exists():
             return
         data = pq.read_table(path)
         pid = data.column("pid").to_numpy(zero_copy_only=False)
@@ -215,6 +219,12 @@ class RankWriter:
             under = (pid == on_pid) & (tid == on_tid) & (start >= since) & (depth > above)
             moved[under] = depth[under] + by
         data = data.set_column(data.schema.get_field_index("depth"), "depth", pa.array(moved, pa.int16()))
+        if parents:
+            parent = data.column("parent_id").to_numpy(zero_copy_only=False)  # floats, NaN for none
+            for left, instead in parents.items():
+                parent = np.where(parent == left, np.nan if instead is None else instead, parent)
+            data = data.set_column(data.schema.get_field_index("parent_id"), "parent_id",
+                                   pa.array(parent, pa.float64(), from_pandas=True).cast(pa.int64()))
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
 
     def depths_of(self, number: int, ids: set[int]) -> dict[int, int]:
