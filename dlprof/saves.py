@@ -112,6 +112,12 @@ class Saver:
                 owner = self._open_parents[number].get(slice_id, slice_id) if (number, slice_id) in dropped \
                     else slice_id
                 children_ns[owner] = children_ns.get(owner, 0) + time_ns
+        # A slice whose start moves back is longer by that much: its parent's children too.
+        for number, ended in self._ended_in.items():
+            moved = {slice_id for slice_id in ended if slice_id in self._starts_ns}
+            for slice_id, (parent, start) in self._writer.parents_of(number, moved).items():
+                if parent is not None:
+                    children_ns[parent] = children_ns.get(parent, 0) + start - self._starts_ns[slice_id]
         final_depths: dict[int, int] = {}
         for number, ended in self._ended_in.items():
             self._writer.amend_open_slices(

@@ -91,6 +91,41 @@ def test_a_layer_open_at_a_save_keeps_its_children(tmp_path: Path) -> None:
     assert outer.self_ns == outer.dur_ns - children.dur_ns.sum()
 
 
+@pytest.mark.torch
+def test_layers_inside_a_torch_range_split_by_a_save_keep_their_self_times(tmp_path: Path) -> None:
+    """A save inside a layer that runs inside a torch range (DistributedDataParallel's forward
+    wraps the model in one): the range is split at the save, the open layers begun inside it
+    stretch back over its first piece, and each layer's self time is still its time less its
+    children's."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    from torch import nn
+
+    class Saving(nn.Module):
+        def forward(self, x: object) -> object:
+            session._save(within_step=True)  # what a save by time does inside a step
+            return x
+
+    class Wrapper(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: object) -> object:
+            with torch.profiler.record_function("Wrapper.forward"):
+                return self.inner(x)
+
+    model = Wrapper(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), Saving(), nn.Linear(64, 64)))
+    config = ProfileConfig(out=tmp_path / "run", collectors=("torch", "layers"))
+    with Session(config) as session:
+        for _ in range(2):
+            model(torch.ones(8, 64))
+            session.step()
+    run = dlprof.load(tmp_path / "run")
+    assert run.manifest.saving["saves"] >= 3
+    assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
+
+
 def assert_well_nested(run: dlprof.Run) -> None:
     """Every CPU slice lies inside its parent and is one level below it: what every window of
     the run must agree on (the engine's ancestor queries rely on it)."""

@@ -227,6 +227,15 @@ class RankWriter:
                                    pa.array(parent, pa.float64(), from_pandas=True).cast(pa.int64()))
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
 
+    def parents_of(self, number: int, ids: set[int]) -> dict[int, tuple[int | None, int]]:
+        """The parent and start of some slices of window ``number``, by id."""
+        path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
+        if not ids or not path.exists():
+            return {}
+        data = pq.read_table(path, columns=["id", "parent_id", "start_ns"])
+        return {i: (p, s) for i, p, s in zip(data.column("id").to_pylist(), data.column("parent_id").to_pylist(),
+                                             data.column("start_ns").to_pylist(), strict=True) if i in ids}
+
     def depths_of(self, number: int, ids: set[int]) -> dict[int, int]:
         """The depth of some slices of window ``number``, by id."""
         path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
