@@ -160,7 +160,9 @@ def assert_well_nested(run: dlprof.Run) -> None:
 
 @pytest.mark.parametrize("fixture", ["cnn_run", "two_rank_gloo_run"])
 def test_real_runs_are_well_nested(fixture: str, request: pytest.FixtureRequest) -> None:
-    assert_well_nested(dlprof.load(request.getfixturevalue(fixture)))
+    run = dlprof.load(request.getfixturevalue(fixture))
+    assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
 
 
 def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
