@@ -10,9 +10,15 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from dlprof.analysis.ancestry import nearest_ancestor
-from dlprof.analysis.sql import DEVICE_KINDS_SQL, launch_calls, launches_sql, rank_condition, step_at_sql
+from dlprof.analysis.sql import (
+    DEVICE_KINDS_SQL,
+    launch_calls,
+    launches_sql,
+    rank_condition,
+    scope_layer_calls_sql,
+)
 from dlprof.engine.rows import Rows
-from dlprof.keys import DEVICE_KINDS, SCOPE_LAYER_CATEGORY, GroupKey, Kind, SortKey
+from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
 from dlprof.store.reader import Run
 
 if TYPE_CHECKING:
@@ -111,12 +117,9 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
                  "WHERE ancestor_id IS NOT NULL GROUP BY rank, ancestor_id")
         joins += f" LEFT JOIN ({inner}) AS inner_layers ON inner_layers.rank = s.rank AND inner_layers.id = s.id"
         self_ns = "greatest(s.dur_ns - coalesce(inner_layers.inner_ns, 0), 0)"
-        pieces = (f"SELECT rank, id, start_ns AS t FROM slices WHERE kind = {d.literal(str(Kind.MODULE))} "
-                  f"AND category = {d.literal(SCOPE_LAYER_CATEGORY)}{rank_condition(rank)}")
-        joins += (f" LEFT JOIN ({step_at_sql(d, pieces, rank)}) AS scope_steps "
-                  "ON scope_steps.rank = s.rank AND scope_steps.id = s.id")
-        # Slice ids are positive: a step's call key is negative, apart from them.
-        call_key = "coalesce(-1 - scope_steps.step_index, s.id)"
+        joins += (f" LEFT JOIN ({scope_layer_calls_sql(d, rank)}) AS scope_calls "
+                  "ON scope_calls.rank = s.rank AND scope_calls.id = s.id")
+        call_key = "coalesce(scope_calls.call_key, s.id)"
         if leaves:
             conditions += " AND inner_layers.id IS NULL"
     if within is not None:

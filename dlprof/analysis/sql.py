@@ -9,7 +9,7 @@ Each helper returns a query (or a condition) over the run's views, in the SQL bo
 from __future__ import annotations
 
 from dlprof.engine.dialect import Dialect
-from dlprof.keys import DEVICE_KINDS, Kind
+from dlprof.keys import DEVICE_KINDS, SCOPE_LAYER_CATEGORY, Kind
 
 DEVICE_KINDS_SQL = "(" + ", ".join(f"'{k}'" for k in sorted(DEVICE_KINDS)) + ")"
 # A slice on a CPU thread, as nesting decides (a missing device is the CPU).
@@ -70,6 +70,17 @@ def steps_sql(rank: int | None = None) -> str:
         "PARTITION BY rank ORDER BY start_ns, pid, tid, dur_ns DESC, id) - 1 AS BIGINT) AS step_index "
         f"FROM slices WHERE kind = '{Kind.STEP}' AND device = 'cpu'{rank_condition(rank)}"
     )
+
+
+def scope_layer_calls_sql(dialect: Dialect, rank: int | None = None) -> str:
+    """The call each piece of a layer derived from TensorFlow name scopes belongs to: ``rank``,
+    ``id`` and ``call_key``, one key per step (negative, apart from slice ids); a piece outside
+    every step has none. TensorFlow's executor interleaves a layer's ops with others' (variable
+    reads, the optimizer's updates), so one call of a layer (one batch) is several slices."""
+    pieces = (f"SELECT rank, id, start_ns AS t FROM slices WHERE kind = {dialect.literal(str(Kind.MODULE))} "
+              f"AND category = {dialect.literal(SCOPE_LAYER_CATEGORY)}{rank_condition(rank)}")
+    return (f"SELECT rank, id, -1 - step_index AS call_key FROM ({step_at_sql(dialect, pieces, rank)}) AS placed "
+            "WHERE step_index IS NOT NULL")
 
 
 def step_at_sql(dialect: Dialect, items: str, rank: int | None = None) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof.analysis.ancestry import nested_in_same
-from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.sql import rank_condition, scope_layer_calls_sql
 from dlprof.store.reader import Run
 
 # The columns of a TAU profile table, in order; times in nanoseconds.
@@ -99,7 +99,8 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
         (:func:`thread_numbers`: CPU threads, then GPU streams, each by first activity). Each
         table has one row per distinct slice name on that track with :data:`PROFILE_COLUMNS`:
         exclusive time is the sum of self times; inclusive time sums only the activations not
-        nested in a slice of the same name; ``calls`` counts every activation; ``subrs`` counts
+        nested in a slice of the same name; ``calls`` counts every activation (the pieces of one
+        call of a TensorFlow scope layer as one); ``subrs`` counts
         their direct children; ``time_pct`` is inclusive time over the track's wall time.
 
     Raises:
@@ -116,12 +117,17 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
         f"WHERE parent_id IS NOT NULL{only} GROUP BY rank, parent_id), "
         "flat AS (SELECT s.rank, coalesce(s.pid, 0) AS pid, coalesce(s.tid, 0) AS tid, "
         "coalesce(s.device, '') AS device, coalesce(s.name, '') AS name, s.start_ns, coalesce(s.dur_ns, 0) AS dur_ns, "
-        "coalesce(s.self_ns, 0) AS self_ns, coalesce(c.subrs, 0) AS subrs, n.nested FROM slices s "
+        "coalesce(s.self_ns, 0) AS self_ns, coalesce(c.subrs, 0) AS subrs, n.nested, scope_calls.call_key "
+        "FROM slices s "
         "JOIN nesting n ON n.rank = s.rank AND n.id = s.id "
-        f"LEFT JOIN children c ON c.rank = s.rank AND c.id = s.id WHERE TRUE{rank_condition(rank, 's.rank')}) "
+        f"LEFT JOIN children c ON c.rank = s.rank AND c.id = s.id "
+        f"LEFT JOIN ({scope_layer_calls_sql(run.engine.dialect, rank)}) AS scope_calls "
+        f"ON scope_calls.rank = s.rank AND scope_calls.id = s.id WHERE TRUE{rank_condition(rank, 's.rank')}) "
         "SELECT rank, pid, tid, device, name, CAST(sum(self_ns) AS BIGINT) AS exclusive_ns, "
         "CAST(coalesce(sum(dur_ns) FILTER (WHERE NOT nested), 0) AS BIGINT) AS inclusive_ns, "
-        "count(*) AS calls, CAST(sum(subrs) AS BIGINT) AS subrs, min(start_ns) AS first_ns, "
+        # The pieces of one call of a TensorFlow scope layer are one call.
+        "count(*) - count(call_key) + count(DISTINCT call_key) AS calls, "
+        "CAST(sum(subrs) AS BIGINT) AS subrs, min(start_ns) AS first_ns, "
         "max(start_ns + dur_ns) AS last_ns FROM flat GROUP BY rank, pid, tid, device, name"
     )
     if by_name.empty:

@@ -15,6 +15,7 @@ import pytest
 
 import dlprof
 from dlprof.analysis.aggregate import top
+from dlprof.analysis.tau_profile import tau_profiles
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
@@ -105,6 +106,11 @@ def test_a_layer_is_called_once_per_batch(keras_run: Path) -> None:
         assert row.total_ns == pieces.dur_ns.sum() and row.max_ns >= pieces.dur_ns.max()
     pieces_per_name = modules.groupby("name").size()
     assert (pieces_per_name > table["calls"].reindex(pieces_per_name.index)).any(), "some calls are in pieces"
+    # TAU's profile counts calls the same way, on each thread the pieces ran on.
+    profiles = pd.concat([p.functions.assign(thread=p.thread) for p in tau_profiles(run)])
+    for scope in dense_scopes(xplane_files(keras_run / "tensorflow")):
+        calls = profiles[profiles.name == f"{scope} backward"].calls
+        assert batches <= calls.sum() <= batches * len(calls), scope
 
 
 def test_allocator_events_and_clock(keras_run: Path) -> None:
