@@ -20,6 +20,7 @@ import pandas as pd
 from dlprof.advice.base import Need
 from dlprof.analysis.aggregate import has_device_activity, kinds_present
 from dlprof.analysis.gpu import ALL, gpu_breakdown
+from dlprof.analysis.ranks import rank_steps
 from dlprof.analysis.sql import DEVICE_KINDS_SQL, rank_condition
 from dlprof.analysis.steps import StepReport, StepStatus, step_report
 from dlprof.keys import Kind
@@ -68,6 +69,11 @@ class RunData:
         if counted:
             return table[table["step"].isin(counted)].reset_index(drop=True)
         return table[table["step"] == ALL].reset_index(drop=True)
+
+    @cached_property
+    def rank_steps(self) -> pd.DataFrame:
+        """dlprof ranks' table per rank and step, every rank (lags compare ranks)."""
+        return rank_steps(self.run)
 
     @cached_property
     def devices(self) -> dict[str, dict[str, Any]]:

@@ -363,7 +363,11 @@ def stragglers(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.Dat
         The :func:`rank_steps` rows whose ``straggler`` is true, by step (matched across ranks)
         and rank.
     """
-    steps = rank_steps(run, threshold_pct)
+    return stragglers_among(rank_steps(run, threshold_pct))
+
+
+def stragglers_among(steps: pd.DataFrame) -> pd.DataFrame:
+    """:func:`stragglers` from :func:`rank_steps`' table, for a caller that has it already."""
     late = steps.loc[steps["straggler"].astype(bool)]
     order = late["step_number"].astype("float64").fillna(-1.0)
     return late.assign(order=order).sort_values(["order", "step", "rank"], kind="stable").drop(
@@ -383,7 +387,11 @@ def rank_summary(run: Run, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> pd.D
         ``straggler_steps`` counts the steps it was a straggler in, ``max_lag_pct`` is its largest
         step or arrival lag in percent of a step's median time.
     """
-    steps = rank_steps(run, threshold_pct)
+    return summary_of(rank_steps(run, threshold_pct))
+
+
+def summary_of(steps: pd.DataFrame) -> pd.DataFrame:
+    """:func:`rank_summary` from :func:`rank_steps`' table, for a caller that has it already."""
     grouped = steps.groupby("rank", sort=True)
     table = grouped[[*_TIME_COLUMNS, "collectives"]].sum().reset_index()
     table["measured_on"] = grouped["measured_on"].first().to_numpy()

@@ -8,7 +8,7 @@ import click
 import pandas as pd
 
 from dlprof.analysis.aggregate import kinds_present
-from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, rank_summary, stragglers
+from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps, stragglers_among, summary_of
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
 from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import TableFormat
@@ -72,15 +72,16 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
     if not kinds_present(loaded):
         raise UsageError(f"{loaded.path}: the run holds no slices ({loaded.status})")
     name = f"{loaded.path.name} ({loaded.status})"
+    # One pass over the ranks' timelines serves every table below.
+    steps = rank_steps(loaded, threshold)
     if by_step:
-        steps = rank_steps(loaded, threshold)
         if fmt is not TableFormat.TABLE:
             write_table(steps, "", fmt)
             return
         title = f"{name}: per rank and step (lags against the other ranks)"
         write_table(_step_view(steps), title, fmt, keep=_STEP_KEPT)
         return
-    summary = rank_summary(loaded, threshold)
+    summary = summary_of(steps)
     if fmt is not TableFormat.TABLE:
         write_table(summary, "", fmt)
         return
@@ -89,7 +90,7 @@ def print_ranks(loaded: Run, threshold: float = DEFAULT_THRESHOLD_PCT, by_step: 
         [("straggler_steps", "Straggler steps")], [("max_lag_pct", "Max lag %")]])
     write_table(shown.rename(columns={"Measured_on": "On"}), f"{name}: per rank (overlap: share of "
                 "communication hidden by compute)", fmt, keep=_SUMMARY_KEPT)
-    late = stragglers(loaded, threshold)
+    late = stragglers_among(steps)
     if late.empty:
         counted = f"{_count(int(summary['steps'].max()), 'step')}, {_count(len(summary), 'rank')}"
         print(wrapped(f"No stragglers: no rank held the others up by more than {threshold:g}% of the median "

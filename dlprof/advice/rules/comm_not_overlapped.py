@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dlprof.advice.base import Finding, Need, Rule, Severity, Skip, duration, evidence_of, percent
 from dlprof.advice.data import RunData
-from dlprof.analysis.ranks import rank_summary
+from dlprof.analysis.ranks import summary_of
 
 MIN_COMM_SHARE = 0.05  # of the window: less communication than this is not worth overlapping
 LOW_OVERLAP = 0.5  # share of the communication time during which compute ran
@@ -26,7 +26,7 @@ class CommNotOverlapped(Rule):
     source = "Holistic Trace Analysis, 'Communication computation overlap' (hta.readthedocs.io)"
 
     def check(self, data: RunData) -> Finding | None:
-        ranks = rank_summary(data.run)
+        ranks = summary_of(data.rank_steps)
         if (ranks["comm_ns"] <= 0).all():
             raise Skip("needs communication (comm slices or collective kernels)")
         exposed = ranks.assign(exposed_ns=ranks["comm_ns"] - ranks["overlap_ns"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dlprof.advice.base import Finding, Need, Rule, Severity, duration, evidence_of
 from dlprof.advice.data import RunData
-from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT, rank_steps
+from dlprof.analysis.ranks import DEFAULT_THRESHOLD_PCT
 
 
 class Stragglers(Rule):
@@ -21,7 +21,7 @@ class Stragglers(Rule):
     source = "Holistic Trace Analysis, straggler detection; dlprof ranks"
 
     def check(self, data: RunData) -> Finding | None:
-        steps = rank_steps(data.run)
+        steps = data.rank_steps
         late = steps[steps["straggler"].astype(bool)]
         if late.empty:
             return None
