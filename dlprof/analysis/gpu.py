@@ -78,14 +78,15 @@ _BEFORE = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
 
-def work_sql(dialect: Dialect, rank: int | None = None) -> str:
+def work_sql(dialect: Dialect, rank: int | None = None, where: str = "") -> str:
     """Every kernel, memcpy and memset with its launch and its step, as a query of
-    :data:`WORK_COLUMNS` (see :func:`device_work`)."""
+    :data:`WORK_COLUMNS` (see :func:`device_work`); ``where``: only the work (``w``) that meets
+    this condition as well, placed in its step without sorting the rest."""
     work = (
         f"SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.start_ns + w.dur_ns AS end_ns, "
         f"c.start_ns AS launch_ns FROM slices w LEFT JOIN ({launch_calls(with_parent=False)}) AS c "
         f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
-        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}"
+        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}{f' AND ({where})' if where else ''}"
     )
     # A piece of work's step is the one it was launched in (or began in, when not linked).
     placed = step_at_sql(dialect, "SELECT rank, id, coalesce(launch_ns, start_ns) AS t FROM work", rank)

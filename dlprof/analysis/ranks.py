@@ -162,10 +162,13 @@ def _gpu_timeline(rank: int, device: pd.DataFrame, steps: pd.DataFrame, gpus: pd
                   owners: pd.Series) -> _Timeline:
     """A rank measured on its GPUs: ``device`` holds its device work and device communication,
     ``owners`` each collective kernel's step index (by id)."""
-    is_comm = device["is_comm"]
+    # Masks over the rank's arrays, not copies of its frame: millions of rows at scale.
+    is_comm = device["is_comm"].to_numpy(dtype=bool)
+    kind = device["kind"].to_numpy()
+    starts, ends = _ends(device)
+    compute = ~is_comm & (kind == Kind.KERNEL)
+    memory = (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)
     comm = device[is_comm]
-    compute = device[~is_comm & (device["kind"] == Kind.KERNEL)]
-    memory = device[device["kind"].isin([Kind.MEMCPY, Kind.MEMSET])]
     # Several GPUs of one rank: each step's window spans theirs.
     per_step = gpus[gpus["step"] != ALL] if len(steps) else gpus[gpus["step"] == ALL]
     position = per_step.groupby("device").cumcount()
@@ -179,8 +182,8 @@ def _gpu_timeline(rank: int, device: pd.DataFrame, steps: pd.DataFrame, gpus: pd
     owner = comm["id"].map(owners).astype("Int64")
     window = owner if len(steps) else pd.Series(0, index=comm.index, dtype="Int64")
     measured_on = ",".join(sorted(gpus["device"].unique()))
-    return _timeline(rank, measured_on, windows, _coverage(compute), _coverage(comm), _coverage(memory),
-                     comm, window)
+    return _timeline(rank, measured_on, windows, Coverage(starts[compute], ends[compute]),
+                     Coverage(starts[is_comm], ends[is_comm]), Coverage(starts[memory], ends[memory]), comm, window)
 
 
 def _one_window(starts: np.ndarray, ends: np.ndarray | None = None) -> pd.DataFrame:
@@ -241,16 +244,15 @@ def _timelines(run: Run) -> list[_Timeline]:
         f"SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM slices WHERE device = '{CPU}' GROUP BY rank")}
     owners = pd.Series(dtype="Int64")
     if device_work:
-        found = run.sql(f"SELECT w.id, w.step_index FROM ({work_sql(d)}) AS w JOIN slices s "
-                        f"ON s.rank = w.rank AND s.id = w.id WHERE s.kind = '{Kind.KERNEL}' AND "
-                        f"{d.matches('s.name', _COLLECTIVE_KERNEL_SQL)}")
+        collective = f"w.kind = '{Kind.KERNEL}' AND {d.matches('w.name', _COLLECTIVE_KERNEL_SQL)}"
+        found = run.sql(f"SELECT id, step_index FROM ({work_sql(d, where=collective)}) AS w")
         owners = pd.Series(found["step_index"].to_numpy(), index=found["id"].to_numpy())
     timelines = []
     for rank in ranks:
         steps = all_steps.loc[all_steps["rank"] == rank, ["step", "step_number", "start_ns", "step_ns"]]
         steps = steps.reset_index(drop=True)
         if rank in on_gpu:
-            mine = gpu_slices[gpu_slices["rank"] == rank]
+            mine = gpu_slices if len(on_gpu) == 1 else gpu_slices[gpu_slices["rank"] == rank]
             timelines.append(_gpu_timeline(rank, mine, steps, gpus[gpus["rank"] == rank], owners))
         else:
             mine = cpu_slices[cpu_slices["rank"] == rank]
