@@ -379,7 +379,9 @@ class Session:
         """The slices under way now: the step (when saving inside it), regions, layers."""
         pid = self.slices.pid
         opened = []
-        if within_step and self.action.records:
+        # While a step boundary's save waits for a region to end, the next step has not begun:
+        # it begins once that save is made (see end_step), so a save meanwhile hands none over.
+        if within_step and self.action.records and not self.save_waiting:
             if self._step_id < 0:
                 self._step_id = self.slices.reserve_id()
             opened.append(OpenSlice(self._step_id, pid, self._step_tid, Kind.STEP,

@@ -252,6 +252,33 @@ def test_an_epoch_region_begun_in_a_first_step_saved_inside_both_stays_one_tree(
     assert len(steps_in_epoch) == 3
 
 
+def test_a_save_inside_a_step_while_the_boundarys_save_waits_hands_no_step_over(tmp_path: Path) -> None:
+    """The step ends inside the loop body, whose save waits for the body to end (the next step
+    begins once that save is made); a save by time comes in between: it hands no step over open,
+    so what ran meanwhile nests under the body, not under a step that never gets a row."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), flush_steps=1)
+    with Session(config) as session:
+        for step in range(3):
+            with dlprof.region("body"):
+                with dlprof.region("work"):
+                    _spin(2_000_000)
+                session.step()
+                if step == 1:
+                    assert session.save_waiting
+                    with dlprof.region("between"):
+                        _spin(1_000_000)
+                    session._save(within_step=True)  # what the watchdog asks for
+                with dlprof.region("after the step"):
+                    _spin(1_000_000)
+    run = dlprof.load(tmp_path / "run")
+    assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
+    slices = run.slices
+    [between] = slices[slices.name == "between"].itertuples()
+    assert slices.set_index("id").loc[between.parent_id, "name"] == "body"
+    assert sorted(slices[slices.kind == "step"].name) == [f"ProfilerStep#{n}" for n in range(4)]
+
+
 def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
     """As TAU throttles a timer: past 100,000 calls at under 10 us each, later calls are counted,
     not traced, and the run says so."""
