@@ -86,6 +86,7 @@ class Saver:
         if self._opened and slices.num_rows:
             ended = pc.is_in(slices.column("id"), pa.array(list(self._opened), pa.int64()))
             self._ended_in[number] = slices.column("id").filter(ended).to_pylist()
+        still_open = [s.id for s in open_slices if s.id in self._opened]
         self._opened.update(s.id for s in open_slices)
         self._open_at[number] = {s.id: (s.pid, s.tid, s.start_ns) for s in open_slices}
         with self._lock:
@@ -93,7 +94,7 @@ class Saver:
         self._finisher.submit(SaveJob(
             run_dir=self._writer.run_dir, rank=self._writer.rank, number=number,
             metadata=self._writer.metadata, chunks=self._writer.take_written(), cycles=cycles,
-            open_slices=open_slices, open_before=self._ended_in.get(number, []),
+            open_slices=open_slices, open_before=[*self._ended_in.get(number, []), *still_open],
         ))
         self.saves += 1
 

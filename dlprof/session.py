@@ -111,6 +111,7 @@ class Session:
         self._step_kind = self.slices.kind_code(Kind.STEP)
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
+        self._previous_step_start = 0
         self._step_tid = 0
         self._step_id = -1  # the current step's id, once a save inside it gave it one
         # A save due at a step boundary waits while regions that step began are open: the last
@@ -148,7 +149,7 @@ class Session:
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
                                       pending_events=lambda: len(self.slices),
                                       grace_s=min(0.5, config.save_seconds / 2),
-                                      would_split=lambda: self._collectors.save_would_split())
+                                      would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
             on_late_start=self._save_clock.restart,
@@ -235,9 +236,11 @@ class Session:
         self._collectors.on_step(self.step_number, previous, self.action)
         if (self.save_waiting or previous is Action.RECORD_AND_SAVE
                 or self._save_clock.due(len(self.slices)) is not None):
-            if not self.save_waiting and self._regions_begun_since(self._step_start):
+            if self._regions_begun_since(self._step_start):
                 # A region the step began (the loop body's) ends a moment after the step:
                 # save once it has, so that it nests in its step as a whole run would have it.
+                # (One begun in an earlier step and still open spans steps, as an epoch's
+                # does: the save does not wait for it.)
                 self.save_waiting = True
                 self._waiting_since = self._step_start
             else:
@@ -268,6 +271,17 @@ class Session:
             self.save_waiting = False
             self._save()
             self._begin_step()
+
+    def _save_would_split(self) -> bool:
+        """Whether a save inside the step now would cut work that nests badly across saves: a
+        C++ range under way (the collectors say), or, unless memory presses, a region begun in
+        the previous step still open (a loop body that the optimizer's step ended the step in:
+        it is nested whole once it ends, as step boundaries' saves wait for it to)."""
+        if self._collectors.save_would_split():
+            return True
+        crossing = any(r._tid == self._step_tid and self._previous_step_start <= r._start < self._step_start
+                       for r in list(self.open_regions.values()))
+        return crossing and not self._save_clock.urgent()
 
     def _regions_begun_since(self, since: int) -> bool:
         """Whether regions begun on the steps' thread since ``since`` are still open."""
@@ -362,6 +376,7 @@ class Session:
         self._step_id = -1
         if self.counter_reader is not None:
             self._step_counts = self.counter_reader()
+        self._previous_step_start = self._step_start
         self._step_start = time.perf_counter_ns()
 
     def _save(self, within_step: bool = False) -> None:

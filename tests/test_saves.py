@@ -279,6 +279,41 @@ def test_a_save_inside_a_step_while_the_boundarys_save_waits_hands_no_step_over(
     assert sorted(slices[slices.kind == "step"].name) == [f"ProfilerStep#{n}" for n in range(4)]
 
 
+def test_saves_by_time_anywhere_in_an_epoch_of_loop_bodies_keep_one_tree(tmp_path: Path) -> None:
+    """An epoch region begun inside the first step, loop bodies that the optimizer's step ends
+    the step inside, and saves by time at every point the watchdog may make one: start-up, the
+    epoch's start, inside the work, after a body. The run is one tree whose self times add up."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), flush_steps=1)
+
+    def save_by_time() -> None:
+        if not session._save_would_split():  # as the watchdog asks: never across a loop body's end
+            session._save(within_step=True)
+
+    with Session(config) as session:
+        _spin(5_000_000)  # start-up, inside step 0
+        save_by_time()
+        with dlprof.region("epoch"):
+            save_by_time()
+            for _ in range(4):
+                with dlprof.region("body"):
+                    with dlprof.region("work"):
+                        _spin(1_000_000)
+                        save_by_time()
+                    session.step()
+                    save_by_time()
+                    with dlprof.region("tail"):
+                        _spin(200_000)
+                save_by_time()
+    run = dlprof.load(tmp_path / "run")
+    assert run.manifest.saving["saves"] >= 8
+    assert_well_nested(run)
+    assert_self_time_is_what_children_leave(run)
+    slices = run.slices
+    [epoch] = slices[slices.name == "epoch"].itertuples()
+    steps = slices[slices.kind == "step"]
+    assert set(steps[steps.parent_id == epoch.id].name) >= {f"ProfilerStep#{n}" for n in range(1, 4)}
+
+
 def test_a_region_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> None:
     """As TAU throttles a timer: past 100,000 calls at under 10 us each, later calls are counted,
     not traced, and the run says so."""

@@ -35,6 +35,7 @@ NESTING_CHANGES: dict[str, str] = {
     "clipped_to_parent": "slices ended at their parent's end (durations shortened by the overrun)",
     "moved_past_parent": "slices started at the end of the slice they began late in (start moved later)",
     "extended_over_parent": "slices started earlier to contain the slice they began early in (durations lengthened)",
+    "ended_at_open_slice": "slices ended where a step open at a save began inside them (durations shortened)",
     "negative_durations": "slices with a negative duration made zero-length",
     "overlapping_on_device": "device slices overlapping the previous one on their stream (times kept as recorded)",
 }

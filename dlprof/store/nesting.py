@@ -14,7 +14,9 @@ A run is nested one save at a time (:func:`nest_window`). A slice still open whe
 made (a region around the whole training loop) takes part as an *anchor*: a placeholder with
 its id and start and no end yet, so that the slices of that save nest under it as they would in
 the whole run; its own row comes with a later save, and the time of its children in earlier
-saves is handed back so that its self time can be made whole. Such a row that outlives the
+saves is handed back so that its self time can be made whole. An anchor cannot move, so
+where a step first open at a save began late inside a region (the epoch's last batch), the
+region ends there rather than the step being stretched back over it. A row that outlives the
 slice it began in (a loop body begun late in a first step that holds start-up, ended after the
 step by the optimizer's hook) ends with that slice: stretched back over it, the children it
 took in the earlier save, which lie inside that slice too, would cross it.
@@ -46,6 +48,9 @@ class NestingReport:
     # late in it, extended back to contain it when they began early in it.
     moved_past_parent: int = 0
     extended_over_parent: int = 0
+    # Slices ended where a slice of an outer kind, open at the save, began inside them (a loop
+    # body the step boundary falls in, when the next step is open at the save).
+    ended_at_open_slice: int = 0
     negative_durations: int = 0
     # Device slices starting before the previous one on their stream ends (kept as they are).
     overlapping_on_device: int = 0
@@ -61,6 +66,7 @@ class _Tracks:
     order: np.ndarray
     track_change: np.ndarray = field(repr=False)
     on_device: np.ndarray = field(repr=False)
+    rank_of_kind: np.ndarray = field(repr=False)  # NESTING_ORDER of each, in that order
 
 
 def _sort(table: pa.Table) -> _Tracks:
@@ -83,7 +89,8 @@ def _sort(table: pa.Table) -> _Tracks:
     change = np.ones(len(order), dtype=bool)
     if len(order) > 1:
         change[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
-    return _Tracks(order=order, track_change=change, on_device=device[order] != cpu_code)
+    return _Tracks(order=order, track_change=change, on_device=device[order] != cpu_code,
+                   rank_of_kind=np.asarray(priority)[order])
 
 
 def _codes(column: pa.ChunkedArray, value: str) -> tuple[np.ndarray, int]:
@@ -141,7 +148,8 @@ def nest_window(
         anchors: slices still open at the save (``id``, ``pid``, ``tid``, ``kind``, ``name``,
             ``start_ns``), on a CPU thread: the slices of ``table`` inside them take them as
             parents and count their depth from theirs. They are not returned.
-        open_before: ids of slices of ``table`` that were anchors of earlier saves.
+        open_before: ids of slices (rows of ``table`` or anchors) that were anchors of earlier
+            saves.
 
     An anchor may be extended back over a slice it began in, never moved later: its children in
     that save were nested under its start. A slice that was an anchor of an earlier save is
@@ -162,9 +170,12 @@ def nest_window(
     total = table.num_rows
     keep_start = np.arange(total) >= n
     clip_only = np.zeros(total, dtype=bool)
+    fresh = keep_start.copy()  # anchors first open at this save
     if open_before:
-        clip_only = pc.is_in(table.column("id"), pa.array(list(open_before), pa.int64())).to_numpy(
+        was_open = pc.is_in(table.column("id"), pa.array(list(open_before), pa.int64())).to_numpy(
             zero_copy_only=False)
+        clip_only = was_open & ~keep_start
+        fresh &= ~was_open
     dur_in = table.column("dur_ns").to_numpy(zero_copy_only=False).copy()
     negative = dur_in < 0
     report.negative_durations = int(negative.sum())
@@ -173,11 +184,12 @@ def nest_window(
     # A slice moved to start elsewhere changes the order the next ones are nested in: nest
     # again until nothing moves (a few passes at most), the last pass clipping only.
     for attempt in range(_ADJUSTING_PASSES + 1):
-        moves = report.moved_past_parent + report.extended_over_parent
+        moves = report.moved_past_parent + report.extended_over_parent + report.ended_at_open_slice
         order, start, end, parent, depth = _nest_in_order(
-            table, report, extend=attempt < _ADJUSTING_PASSES, keep_start=keep_start, clip_only=clip_only
+            table, report, extend=attempt < _ADJUSTING_PASSES, keep_start=keep_start, clip_only=clip_only,
+            fresh=fresh,
         )
-        if report.moved_past_parent + report.extended_over_parent == moves:
+        if report.moved_past_parent + report.extended_over_parent + report.ended_at_open_slice == moves:
             break
         starts, durs = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
         starts[order] = start
@@ -244,14 +256,15 @@ def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _nest_in_order(
     table: pa.Table, report: NestingReport, extend: bool, keep_start: np.ndarray | None = None,
-    clip_only: np.ndarray | None = None,
+    clip_only: np.ndarray | None = None, fresh: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
     """One nesting pass over the slices in track order; adds what it changed to ``report``.
 
     ``keep_start`` marks slices (by position in ``table``) whose start must not move later:
     slices open at this save, whose children in it were nested under their start.
     ``clip_only`` marks slices that must not move at all, only end with the slice they began
-    in: slices open at an earlier save (see :func:`nest_window`).
+    in: slices open at an earlier save (see :func:`nest_window`). ``fresh`` marks the slices
+    of ``keep_start`` first open at this save (none of their children lie in earlier saves).
 
     Returns:
         The order (positions in ``table``), and per position in that order: start, end (both
@@ -267,6 +280,8 @@ def _nest_in_order(
     n = len(start)
     fixed = keep_start[order].tolist() if keep_start is not None else [False] * n
     unmovable = clip_only[order].tolist() if clip_only is not None else [False] * n
+    kind_rank = tracks.rank_of_kind.tolist()
+    first_open = fresh[order].tolist() if fresh is not None else [False] * n
     parent = [-1] * n
     depth = [0] * n
     overlapping = 0
@@ -295,7 +310,16 @@ def _nest_in_order(
                 break
             # Mostly after the slice it started in: two sources timed neighbouring work with
             # their own clocks and hooks.
-            if 2 * (start[i] - start[top]) >= end[top] - start[top] and not fixed[i]:
+            late = 2 * (start[i] - start[top]) >= end[top] - start[top]
+            if late and first_open[i] and kind_rank[i] < kind_rank[top] and not fixed[top]:
+                # A slice of an outer kind first open at this save (the next step, begun by the
+                # optimizer inside the loop body or an epoch's last batch) cannot move: what it
+                # began in ends there (all of that one's children in earlier saves ended before).
+                end[top] = start[i]
+                stack.pop()
+                report.ended_at_open_slice += 1
+                continue
+            if late and not fixed[i]:
                 # It began late in that slice (a layer timed from a hook that started inside
                 # the previous layer's last moment, or inside the clock read that timed it):
                 # it comes after it.

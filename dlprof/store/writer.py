@@ -101,7 +101,8 @@ class RankWriter:
             chunks: the chunk files the save wrote, per table.
             rows: rows converted from the save's profiler cycles, per table, beside the chunks.
             anchors: the slices still open at the save (see :func:`nest_window`).
-            open_before: ids of this save's slices that were still open at earlier saves.
+            open_before: ids of this save's slices (ended or still open) that were open at
+                earlier saves.
 
         Returns:
             Rows written per table, what nesting changed, and the time of the open slices'

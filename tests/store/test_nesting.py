@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from dlprof.store.nesting import innermost_containing, nest_slices
+from dlprof.store.nesting import innermost_containing, nest_slices, nest_window
 from tests.builders import slice_table
 
 
@@ -110,3 +110,37 @@ def test_a_slice_that_began_late_in_the_one_before_comes_after_it() -> None:
     assert rows["conv backward"]["parent_id"] is None and rows["conv backward"]["depth"] == 0
     assert rows["relu backward"]["self_ns"] == 2_000
     assert report.moved_past_parent == 1 and report.extended_over_parent == 0
+
+
+def _anchors(rows: list[tuple[int, str, str, int]]) -> pa.Table:
+    """Slices still open at a save: (id, kind, name, start_ns) on pid 1, thread 1."""
+    ids, kinds, names, starts = zip(*rows, strict=True)
+    return pa.table({"id": pa.array(ids, pa.int64()), "pid": pa.array([1] * len(rows), pa.int64()),
+                     "tid": pa.array([1] * len(rows), pa.int64()), "kind": pa.array(kinds),
+                     "name": pa.array(names), "start_ns": pa.array(starts, pa.int64())})
+
+
+def test_a_step_first_open_at_a_save_ends_the_region_it_began_late_in() -> None:
+    """The next step begins late inside an epoch region that ends soon after (the epoch's last
+    batch) and is open at the save: it cannot move, and stretched back over the epoch it would
+    swallow the steps before; the epoch ends where the step began, also one open at an earlier
+    save (its children there all ended before this step began)."""
+    cases = [
+        (frozenset(), [(1, 1, "step", "ProfilerStep#0", 0, 100), (2, 1, "region", "epoch", 40, 140)], (0, 150)),
+        (frozenset({2}), [(2, 1, "region", "epoch", 40, 120)], (40, 110)),
+    ]
+    for open_before, rows, (start, dur) in cases:
+        table = slice_table([*rows, (3, 1, "region", "tail", 155, 3)])
+        nested, report, times = nest_window(table, _anchors([(9, "step", "ProfilerStep#1", 150)]), open_before)
+        got = by_name(nested)
+        assert (got["epoch"]["start_ns"], got["epoch"]["dur_ns"]) == (start, dur)
+        assert got["tail"]["parent_id"] == 9, "what follows the boundary is the next step's"
+        assert times.starts_ns == {} and report.ended_at_open_slice == 1
+
+
+def test_a_step_open_at_an_earlier_save_is_stretched_back_as_before() -> None:
+    """The rule above is for a step first open at this save: one open at an earlier save had the
+    body around it there, so it keeps that order."""
+    rows = slice_table([(2, 1, "region", "body", 40, 70)])
+    _, report, times = nest_window(rows, _anchors([(9, "step", "ProfilerStep#1", 100)]), frozenset({2, 9}))
+    assert report.ended_at_open_slice == 0 and times.starts_ns == {9: 40}
