@@ -15,7 +15,9 @@ from tests.conftest import KINETO_TRACES
 
 STEPS = 7
 SLOW_BATCH_S = 0.03  # the bad run's dataset: long enough that waiting for it dominates a step
-STEADY_STEP_S = 0.03  # the good run's steps: a fixed wait that noise cannot make unsteady
+# The good run's steps: long enough that neither noise nor the workers' hand-over (a few ms on
+# a busy machine) makes them unsteady or input-bound.
+STEADY_STEP_S = 0.1
 
 
 def _train(out: Path, *, bias: bool, workers: int, foreach: bool, set_to_none: bool, batch_s: float,
