@@ -12,16 +12,14 @@ computed when the samples are saved. That keeps a 10 ms interval cheap.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from array import array
 
 import numpy as np
 import psutil
 import pyarrow as pa
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.support.sampler import PeriodicSampler
+from dlprof.support.sampler import TimedSamples
 
 TRACKS = (("host.cpu_percent", "%"), ("host.rss", "bytes"), ("host.system_cpu_percent", "%"))
 # Raw readings per sample: process CPU (s), RSS (bytes), system busy and total CPU time.
@@ -81,34 +79,20 @@ class HostCollector(Collector):
             self._reader: ProcReader | PsutilReader = ProcReader()
         except OSError:
             self._reader = PsutilReader()
-        self._times = array("q")
-        self._raw = array("d")
-        self._lock = threading.Lock()
         # The last sample already saved, (time, readings): the next one's rates start there.
         self._previous: tuple[int, np.ndarray] | None = None
-        self._sample()
-        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-host")
-        self._sampler.start()
-
-    def _sample(self) -> None:
-        now = time.time_ns()
-        readings = self._reader.read()
-        with self._lock:
-            self._times.append(now)
-            self._raw.extend(readings)
+        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-host")
+        self._samples.start()
 
     def stop(self) -> None:
-        self._sampler.stop()
-        self._sample()
+        self._samples.stop()
         self.save()
         self._reader.close()
 
     def save(self) -> None:
-        with self._lock:
-            times, raw = self._times, self._raw
-            self._times, self._raw = array("q"), array("d")
-        ts = np.frombuffer(times, dtype=np.int64)
-        readings = np.frombuffer(raw, dtype=np.float64).reshape(-1, _READINGS)
+        times, values = self._samples.drain()
+        ts = np.array(times, dtype=np.int64)
+        readings = np.array(values, dtype=np.float64).reshape(-1, _READINGS)
         if self._previous is not None:
             ts = np.concatenate([[self._previous[0]], ts])
             readings = np.vstack([self._previous[1][None, :], readings])
