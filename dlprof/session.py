@@ -394,8 +394,9 @@ class Session:
         """The slices under way now: the step (when saving inside it), regions, layers."""
         pid = self.slices.pid
         opened = []
-        # While a step boundary's save waits for a region to end, the next step has not begun:
-        # it begins once that save is made (see end_step), so a save meanwhile hands none over.
+        # While a step boundary's save waits for a region to end, the step begun at the boundary
+        # starts again once that save is made (save_waited), so a save meanwhile (one memory
+        # forces: others wait, see _save_would_split) hands none over.
         if within_step and self.action.records and not self.save_waiting:
             if self._step_id < 0:
                 self._step_id = self.slices.reserve_id()
