@@ -30,9 +30,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.keys import NESTING_ORDER
+from dlprof.keys import NESTING_ORDER, Kind
 
 _UNRANKED = max(NESTING_ORDER.values()) + 1
+# A step open at a save ends a region (or a data wait) it began late in; layers and ops, timed
+# by other sources, are left to the usual rules.
+_REGION_RANK = NESTING_ORDER[Kind.REGION]
 # Where an anchor (a slice still open) ends: after anything recorded.
 _OPEN_END_NS = 1 << 62
 # Passes that may move slices before the last, which only clips.
@@ -48,8 +51,8 @@ class NestingReport:
     # late in it, extended back to contain it when they began early in it.
     moved_past_parent: int = 0
     extended_over_parent: int = 0
-    # Slices ended where a slice of an outer kind, open at the save, began inside them (a loop
-    # body the step boundary falls in, when the next step is open at the save).
+    # Regions ended where a step first open at the save began late inside them (an epoch's last
+    # batch, a loop body the step boundary falls in).
     ended_at_open_slice: int = 0
     negative_durations: int = 0
     # Device slices starting before the previous one on their stream ends (kept as they are).
@@ -311,10 +314,10 @@ def _nest_in_order(
             # Mostly after the slice it started in: two sources timed neighbouring work with
             # their own clocks and hooks.
             late = 2 * (start[i] - start[top]) >= end[top] - start[top]
-            if late and first_open[i] and kind_rank[i] < kind_rank[top] and not fixed[top]:
-                # A slice of an outer kind first open at this save (the next step, begun by the
-                # optimizer inside the loop body or an epoch's last batch) cannot move: what it
-                # began in ends there (all of that one's children in earlier saves ended before).
+            if late and first_open[i] and kind_rank[i] < kind_rank[top] <= _REGION_RANK and not fixed[top]:
+                # A step first open at this save (begun by the optimizer inside the loop body, or
+                # in an epoch's last batch) cannot move: the region it began in ends there (all
+                # of that region's children in earlier saves ended before).
                 end[top] = start[i]
                 stack.pop()
                 report.ended_at_open_slice += 1
