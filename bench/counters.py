@@ -28,7 +28,7 @@ from pathlib import Path
 import dlprof
 from dlprof.collectors.nvml import NvmlCollector
 from dlprof.config import ProfileConfig
-from dlprof.session import Session
+from dlprof.recording.session import Session
 from dlprof.support.perf_event import PerfCounters
 
 COUNTERS = ("task-clock", "page-faults", "context-switches", "cpu-migrations")

@@ -26,8 +26,8 @@ from dlprof.config import ProfileConfig
 from dlprof.schedule import Schedule
 
 if TYPE_CHECKING:
-    from dlprof.regions import region
-    from dlprof.session import Session
+    from dlprof.recording.regions import region
+    from dlprof.recording.session import Session
     from dlprof.store.reader import Run, RunError, load
 
 __all__ = ["Run", "RunError", "Session", "load", "log", "profile", "region", "step"]
@@ -36,8 +36,8 @@ __version__ = "0.1.0"
 # Loaded on first use, so that importing one layer (dlprof.store.reader, say) does not load the
 # session and its collectors through this package's __init__.
 _LAZY = {
-    "region": "dlprof.regions",
-    "Session": "dlprof.session",
+    "region": "dlprof.recording.regions",
+    "Session": "dlprof.recording.session",
     "Run": "dlprof.store.reader",
     "RunError": "dlprof.store.reader",
     "load": "dlprof.store.reader",
@@ -106,7 +106,7 @@ def profile(
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
     from dlprof.distributed import RankEnvironment
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
@@ -141,7 +141,7 @@ def profile(
 
 def step() -> None:
     """End the current step of the active session (no-op when none is active)."""
-    from dlprof.session import active_session
+    from dlprof.recording.session import active_session
 
     session = active_session()
     if session is not None:
@@ -167,7 +167,7 @@ def log(step: int | None = None, split: str = "train", *, epoch: float | None = 
         TypeError: a value is not a number.
     """
     from dlprof.keys import SeriesSource
-    from dlprof.session import active_session
+    from dlprof.recording.session import active_session
 
     values = []
     for name, value in metrics.items():

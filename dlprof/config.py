@@ -12,7 +12,7 @@ RUNS_DIR = Path("dlprof-runs")
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """Everything a :class:`dlprof.session.Session` needs to know before it starts."""
+    """Everything a :class:`dlprof.recording.session.Session` needs to know before it starts."""
 
     # The run directory; None: ./dlprof-runs/<YYYYmmdd-HHMMSS>-<name>.
     out: Path | None = None

@@ -29,6 +29,7 @@ from dlprof.keys import EngineKind
 from dlprof.store.catalog import without_run_path
 from dlprof.store.manifest import MANIFEST_NAME, Manifest
 from dlprof.store.reader import Run, RunError, load
+from dlprof.viewers.screen import printable
 
 if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn
@@ -98,31 +99,31 @@ def _started(run_dir: Path) -> tuple[int, str]:
         return 0, run_dir.name  # removed since it was listed
 
 
-def open_run(path: str | None) -> Run:
+def open_run(path: str | None, note_unfinished: bool = True) -> Run:
     """The run at ``path`` (a directory, or the name of one under the runs directory, ``--dir``),
-    or the newest one there when no path is given; saves a killed run left unfinished are
-    finished first (once), so that what they hold is read."""
+    or the newest one there when no path is given. Reading never writes: saves a killed run left
+    unfinished are said once (``dlprof finish`` makes them final)."""
     if not path:
         run = newest_run()
     else:
         named = runs_dir() / path
         run = load(named if not Path(path).exists() and (named / MANIFEST_NAME).is_file() else Path(path))
-    return _with_saves_finished(run)
-
-
-def _with_saves_finished(run: Run) -> Run:
-    from dlprof.keys import RunStatus
-    from dlprof.store.layout import PENDING
-
-    if run.status is not RunStatus.KILLED or not (run.path / PENDING).is_dir():
-        return run
-    from dlprof.importers.finisher import finish_pending  # Arrow and the importers: only here
-
-    finished = finish_pending(run.path)
-    if finished:
-        print(f"dlprof: {run.path}: finished {finished} save(s) its killed processes left", file=sys.stderr)
-        return load(run.path)
+    if note_unfinished:
+        _note_unfinished_saves(run)
     return run
+
+
+def _note_unfinished_saves(run: Run) -> None:
+    from dlprof.keys import RunStatus
+    from dlprof.store.save_jobs import pending_ranks
+
+    if run.status is not RunStatus.KILLED:
+        return  # a live writer is still finishing its saves
+    left = sum(pending.left() for pending in pending_ranks(run.path))
+    if left:
+        print(f"dlprof: {printable(str(run.path))}: {left} save(s) its killed processes left are not final, "
+              f"so the profilers' traces they hold are not read; `dlprof finish {printable(str(run.path))}` "
+              "makes them final", file=sys.stderr)
 
 
 def check_rank(run: Run, rank: int | None) -> None:

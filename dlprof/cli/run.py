@@ -100,14 +100,14 @@ def _default_run_dir(label: str, shared: bool) -> Path | None:
     if runs_dir() == RUNS_DIR:
         return None
     from dlprof.distributed import shared_run_dir
-    from dlprof.session import new_run_dir
+    from dlprof.recording.session import new_run_dir
 
     return shared_run_dir(label, runs_dir()) if shared else new_run_dir(label, runs_dir())
 
 
 def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
     """--nproc: the same command for every rank, less --nproc and the top table, via torchrun."""
-    from dlprof.launcher import LaunchError, launch_ranks
+    from dlprof.recording.launcher import LaunchError, launch_ranks
     from dlprof.store.reader import RunError, load
 
     context = click.get_current_context()
@@ -256,7 +256,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
             no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
             with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
             nproc: int | None, target_and_args: tuple[str, ...]) -> int:
-    from dlprof.runner import Target
+    from dlprof.recording.runner import Target
 
     if module:
         target = Target(module, is_module=True, args=target_and_args)
@@ -266,9 +266,9 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
     from dlprof.config import ProfileConfig
     from dlprof.distributed import RankEnvironment
-    from dlprof.runner import TargetError, run_target
+    from dlprof.recording.runner import TargetError, run_target
+    from dlprof.recording.session import new_run_dir
     from dlprof.schedule import Schedule, ScheduleError
-    from dlprof.session import new_run_dir
 
     chosen = _collectors(collectors)
     counter_names = _counters(counters)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dlprof.config import ProfileConfig
-from dlprof.importers.finisher import Cycle, OpenSlice
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
+from dlprof.store.save_jobs import Cycle, OpenSlice
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 
@@ -76,7 +76,7 @@ class CollectorContext:
     # metrics rows of slice ``slice_id`` (a collector's own slices: layers).
     record_counts: Callable[[int, tuple[int, ...], tuple[int, ...]], None] = _ignore_counts
     # In a forked child (a DataLoader worker), saves ``slices`` once it holds many; a collector
-    # recording there calls it now and then (see dlprof.forks).
+    # recording there calls it now and then (see dlprof.recording.forks).
     save_if_full: Callable[[], None] = _nothing_to_save
     # While set, only this source ends steps by itself: a Keras fit owns them while it runs, so
     # a torch optimizer stepped inside one (a callback training a torch model) ends none.
@@ -84,7 +84,7 @@ class CollectorContext:
     # The collector the session lets subscribe to CUPTI (see Collector.cupti_priority).
     cupti_owner: str | None = None
     # Hands the session a profiler cycle saved to a file: it is converted with the next save
-    # (dlprof.importers.finisher), and the result goes to the collector's converted().
+    # (dlprof.recording.finisher), and the result goes to the collector's converted().
     convert: Callable[[Cycle], None] = _no_conversions
     # Records metric values in the series table, as Session.log (a Keras fit's logs).
     log: Callable[..., None] = _no_series
@@ -114,7 +114,7 @@ class Collector(ABC):
     # session lets the available one with the lowest number subscribe (context.cupti_owner).
     cupti_priority: ClassVar[int | None] = None
     # Whether the memory the process gains while it records is mostly its events (so that the
-    # session may count them by it before any save; see dlprof.save_policy).
+    # session may count them by it before any save; see dlprof.recording.save_policy).
     events_show_in_memory: ClassVar[bool] = False
 
     def __init__(self) -> None:

@@ -4,7 +4,7 @@ torch.profiler sees only the training loop's side (``enumerate(DataLoader)#...__
 wait for the next batch). This collector times the other side: each worker's fetch of a batch
 (reading samples and collating them), with the batch's tensor bytes, so a data-loading stall
 shows on the timeline as the worker that was still busy. Workers forked after the session
-started record into their own copy of the session (see :mod:`dlprof.forks`); with
+started record into their own copy of the session (see :mod:`dlprof.recording.forks`); with
 ``num_workers=0`` the fetch runs in the loop's own thread and is timed there.
 """
 

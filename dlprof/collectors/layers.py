@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.importers.finisher import OpenSlice
 from dlprof.keys import Kind
 from dlprof.schedule import Action
+from dlprof.store.save_jobs import OpenSlice
 
 FORWARD = "forward"
 BACKWARD = "backward"

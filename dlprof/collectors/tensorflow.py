@@ -6,7 +6,7 @@ The session starts this collector once the program has imported TensorFlow (its
 TensorFlow is there, ``tf.profiler.experimental.start/stop`` run once per profiling cycle of the
 session's schedule (started at a cycle's first warm-up or recorded step, stopped after its last
 recorded step), each cycle into its own directory of the run. A stopped cycle's XPlane is
-translated with the save that ends it by the session's finisher (:mod:`dlprof.importers.finisher`),
+translated with the save that ends it by the session's finisher (:mod:`dlprof.recording.finisher`),
 in a low-priority child process while the program goes on, as Kineto's traces are.
 
 Each cycle starts with a ``dlprof::clock_sync`` TraceMe timed with dlprof's clock too: it maps
@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.importers.finisher import Cycle
-from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.keys import CLOCK_MARKER
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain, dropped_text
+from dlprof.store.save_jobs import Cycle, XPlaneJob
 from dlprof.support.chatter import hidden_chatter
 
 # What TensorFlow's profiler logs on fd 2 when it starts and stops (absl INFO lines of its

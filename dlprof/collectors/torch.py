@@ -3,7 +3,7 @@
 The session starts it once the program has imported torch (its ``framework``), so a program that
 never does (a Keras one) never runs torch.profiler. Kineto's results are never walked event by
 event in Python (``prof.events()`` costs about 71 µs per event). At each save Kineto writes its
-own Chrome trace in C++, which the session's finisher (:mod:`dlprof.importers.finisher`)
+own Chrome trace in C++, which the session's finisher (:mod:`dlprof.recording.finisher`)
 translates into the store with the rest of the save, in a child process while the program goes
 on.
 
@@ -36,11 +36,10 @@ from enum import Enum
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
-from dlprof.importers.finisher import Cycle
-from dlprof.importers.kineto_cycle import CycleJob
 from dlprof.keys import CLOCK_MARKER
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain, dropped_text
+from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.thread_watch import ThreadWatch
 from dlprof.support.torch_ranges import RangeCuts

@@ -1,46 +1,23 @@
 """One saved torch.profiler cycle into rows of the store: parse Kineto's trace, translate it.
 
-The torch collector hands each cycle to the session's finisher (:mod:`dlprof.importers.finisher`)
-as a :class:`CycleJob`; the finisher converts it with :func:`convert_cycle`, nests the rows with
+The torch collector hands each cycle to the session's finisher (:mod:`dlprof.recording.finisher`)
+as a :class:`dlprof.store.save_jobs.CycleJob`; the finisher converts it with :func:`convert_cycle`, nests the rows with
 the rest of the save, writes them, and then removes the trace.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
 
 from dlprof.importers.kineto import KinetoOptions, convert_file
 from dlprof.keys import StoreTable
 from dlprof.store.ids import SLOT_KINETO, id_base
+from dlprof.store.save_jobs import CycleJob
 
 # Each cycle numbers its slices in its own range of the Kineto slot: 2**24 ids per cycle.
 CYCLE_ID_BITS = 24
-
-
-@dataclass(frozen=True)
-class CycleJob:
-    """Where one cycle's trace is and how its rows are placed."""
-
-    KIND: ClassVar[str] = "kineto"
-
-    trace: Path
-    rank: int
-    cycle: int
-    pid: int
-    # dlprof-clock epoch ns just before and after the clock marker range, if one was recorded.
-    marker_window_ns: tuple[int, int] | None
-
-    def files(self) -> list[Path]:
-        """The trace files the conversion reads."""
-        return [self.trace]
-
-    def inputs(self) -> list[Path]:
-        """The files the conversion consumes (removed once its rows are written)."""
-        return [self.trace]
 
 
 def convert_cycle(job: CycleJob) -> tuple[dict[StoreTable, list[pa.Table]], dict[str, Any]]:

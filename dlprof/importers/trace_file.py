@@ -46,10 +46,11 @@ from dlprof.importers.trace_stream import (
     probe,
     read_whole,
 )
-from dlprof.importers.xplane import XPLANE_SUFFIX, XPlaneError, XPlaneOptions, convert_xspace, read_xspace
+from dlprof.importers.xplane import XPlaneError, XPlaneOptions, convert_xspace, read_xspace
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import RANK_SHIFT, SLOT_IMPORT, id_base
 from dlprof.store.manifest import ClockDomain, CollectorInfo, HostInfo, Manifest, dropped_text
+from dlprof.store.save_jobs import XPLANE_SUFFIX
 from dlprof.store.writer import RankWriter
 
 # Bytes read so far and in all, for a progress display.

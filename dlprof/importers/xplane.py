@@ -53,7 +53,6 @@ from dlprof.importers.xplane_stats import DERIVED_LINES, StatNames, as_int64, fo
 from dlprof.keys import CLOCK_MARKER, Kind
 from dlprof.store.manifest import ClockDomain
 
-XPLANE_SUFFIX = ".xplane.pb"
 HOST_PLANE = "/host:CPU"
 METADATA_PLANE = "/host:metadata"
 TASK_PLANE = "Task Environment"

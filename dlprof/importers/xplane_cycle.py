@@ -1,7 +1,7 @@
 """One saved TensorFlow profiler cycle into rows of the store: read its XPlane, translate it.
 
 The tensorflow collector hands each cycle to the session's finisher
-(:mod:`dlprof.importers.finisher`) as an :class:`XPlaneJob`. The XPlane files stay in the run
+(:mod:`dlprof.recording.finisher`) as an :class:`dlprof.store.save_jobs.XPlaneJob`. The XPlane files stay in the run
 directory (``tensorflow/rank=R/cycle-NNNNN/plugins/profile/...``), where TensorBoard's
 profiler opens them too (``tensorboard --logdir RUN/tensorflow/rank=0``).
 """
@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
 
 from dlprof.importers.kineto_cycle import CYCLE_ID_BITS
 from dlprof.importers.xplane import (
-    XPLANE_SUFFIX,
     EmptyProfileError,
     XPlaneError,
     XPlaneOptions,
@@ -27,30 +24,7 @@ from dlprof.importers.xplane import (
 )
 from dlprof.keys import StoreTable
 from dlprof.store.ids import SLOT_XPLANE, id_base
-
-
-@dataclass(frozen=True)
-class XPlaneJob:
-    """Where one cycle's XPlane is and how its rows are placed."""
-
-    KIND: ClassVar[str] = "xplane"
-
-    logdir: Path  # what tf.profiler.experimental.start was given
-    rank: int
-    cycle: int
-    pid: int
-    # dlprof-clock epoch ns just before and after the clock marker TraceMe, and its thread.
-    marker_window_ns: tuple[int, int] | None
-    marker_tid: int | None
-    keep_from_ns: int | None  # the first recorded step's start: warm-up steps are left out
-
-    def files(self) -> list[Path]:
-        """The XPlane files TensorFlow wrote for this cycle (one per host)."""
-        return sorted(self.logdir.glob(f"plugins/profile/*/*{XPLANE_SUFFIX}"))
-
-    def inputs(self) -> list[Path]:
-        """Nothing is removed: the XPlane files stay for TensorBoard."""
-        return []
+from dlprof.store.save_jobs import XPlaneJob
 
 
 def convert_cycle(job: XPlaneJob) -> tuple[dict[StoreTable, list[pa.Table]], dict[str, Any]]:

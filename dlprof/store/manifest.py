@@ -120,7 +120,7 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
     # How the run was saved while it went on: saves made (at step boundaries and inside steps),
     # the largest growth of the process's memory between two saves, and what was dropped or
-    # throttled because it could not be saved in time (see dlprof.save_policy).
+    # throttled because it could not be saved in time (see dlprof.recording.save_policy).
     saving: dict[str, Any] = field(default_factory=dict)
 
     @property

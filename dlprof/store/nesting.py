@@ -137,7 +137,7 @@ class OpenSliceTimes:
     # Each one's depth here: what its descendants here count theirs from.
     depths: dict[int, int] = field(default_factory=dict)
     # Each one's parent here (another open slice), where it has one: where its children here
-    # go if a later save stretches it back over that parent (see :class:`dlprof.saves.Saver`).
+    # go if a later save stretches it back over that parent (see :class:`dlprof.recording.saves.Saver`).
     parents: dict[int, int] = field(default_factory=dict)
 
 

@@ -200,7 +200,7 @@ def profile_point(point: Point, device: torch.device, out: Path, steps: int) -> 
     Returns:
         The workload that ran (for its parameter count).
     """
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     work = workload(point, device)
     config = ProfileConfig(out=out, name=point.name, collectors=("torch",),

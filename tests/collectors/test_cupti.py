@@ -272,7 +272,7 @@ def test_a_session_without_a_driver_records_the_reason(tmp_path: Path) -> None:
     ok, reason = CuptiCollector.available()
     if ok:
         pytest.skip("a CUDA driver is present: covered by the gpu test")
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     with Session(ProfileConfig(out=tmp_path / "run", collectors=("cupti",))):
         pass
@@ -288,7 +288,7 @@ def test_a_real_cuda_program_is_traced(tmp_path: Path) -> None:
         pytest.skip(f"CUPTI unavailable: {reason}")
     from cuda.bindings import runtime as rt
 
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     size = 1 << 20
     host = bytearray(size)

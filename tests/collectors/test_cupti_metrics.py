@@ -246,7 +246,7 @@ def test_a_session_without_a_driver_records_the_reason(tmp_path: Path) -> None:
     ok, reason = PmSamplingCollector.available()
     if ok:
         pytest.skip("a CUDA driver is present")
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     with Session(ProfileConfig(out=tmp_path / "run", collectors=("cupti_metrics",))):
         pass

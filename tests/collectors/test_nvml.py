@@ -77,7 +77,7 @@ def test_a_run_samples_every_gpu(tmp_path: Path) -> None:
     import time
 
     from dlprof.config import ProfileConfig
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     with Session(ProfileConfig(out=tmp_path / "run", collectors=("nvml",), host_interval_s=0.05)):
         time.sleep(0.3)

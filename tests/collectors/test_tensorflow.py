@@ -19,7 +19,7 @@ from dlprof.analysis.tau_profile import tau_profiles
 from dlprof.collectors.tensorflow import is_tensorflow_chatter
 from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
-from dlprof.runner import Target, run_target
+from dlprof.recording.runner import Target, run_target
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.import_watch import when_imported
 from tests.exporters.perfetto_trace import export

@@ -101,7 +101,7 @@ def test_long_run_is_saved_in_several_cycles(tmp_path: Path) -> None:
     from torch import nn
 
     from dlprof.config import ProfileConfig
-    from dlprof.session import Session
+    from dlprof.recording.session import Session
 
     model = nn.Linear(16, 16)
     session = Session(ProfileConfig(out=tmp_path / "run", collectors=("torch",), flush_steps=3))

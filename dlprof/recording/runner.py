@@ -22,7 +22,7 @@ from types import TracebackType
 
 from dlprof.config import ProfileConfig
 from dlprof.keys import SeriesSource
-from dlprof.session import Interrupted, Session
+from dlprof.recording.session import Interrupted, Session
 from dlprof.store.manifest import Manifest
 from dlprof.support.mllog import MllogEvent, tee_mllog
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from dlprof.save_policy import in_dlprof_code
+from dlprof.recording.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
 from dlprof.store.safe_files import write_text
 from dlprof.store.sink import Sink
@@ -170,7 +170,7 @@ class ForkFollower:
             children = []
         own = _cmdline(psutil.Process())
         forked = [c for c in children if _cmdline(c) == own]
-        others = [c for c in children if c not in forked and "dlprof.importers.finisher" not in _cmdline(c)]
+        others = [c for c in children if c not in forked and "dlprof.recording.finisher" not in _cmdline(c)]
         asked_at = time.time()
         for child in forked:
             try:

@@ -13,7 +13,7 @@ import pytest
 import dlprof
 from dlprof.config import ProfileConfig
 from dlprof.keys import StoreTable
-from dlprof.session import Session
+from dlprof.recording.session import Session
 from dlprof.store.layout import rank_dir, rank_files
 from dlprof.store.nesting import nest_slices
 

@@ -23,18 +23,19 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from dlprof.clock import sample_clocks
-from dlprof.collector_set import CollectorSet, resolve_names
 from dlprof.collectors.base import CollectorContext, StepSource
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
-from dlprof.forks import ForkFollower
-from dlprof.importers.finisher import OpenSlice, Result
 from dlprof.keys import Kind, RunStatus, SeriesSource
-from dlprof.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
-from dlprof.saves import Saver
+from dlprof.recording.collector_set import CollectorSet, resolve_names
+from dlprof.recording.finisher import Result
+from dlprof.recording.forks import ForkFollower
+from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
+from dlprof.recording.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
+from dlprof.store.save_jobs import OpenSlice
 from dlprof.store.series_buffer import SeriesBuffer
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer

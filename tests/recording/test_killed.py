@@ -79,23 +79,32 @@ def test_os_exit_keeps_all_but_the_last_seconds(tmp_path: Path) -> None:
     assert exit_at * 1e9 - _ops_end_ns(run) < 3e9
 
 
-def test_saves_left_by_killed_processes_are_finished_when_read(tmp_path: Path) -> None:
+def test_saves_left_by_killed_processes_are_said_when_read_and_finished_on_request(tmp_path: Path) -> None:
     import psutil
 
     process, out = _start(tmp_path)
     time.sleep(1.5)
     # The finisher's child stalls (stopped), so that saves wait; then both processes are killed.
     finishers = [child for child in psutil.Process(process.pid).children()
-                 if "dlprof.importers.finisher" in " ".join(child.cmdline())]
+                 if "dlprof.recording.finisher" in " ".join(child.cmdline())]
     assert len(finishers) == 1
     finishers[0].suspend()
     time.sleep(3)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert list((out / PENDING).rglob("save-*")), "saves were waiting"
+    pending = sorted(path.name for path in (out / PENDING).rglob("save-*"))
+    read = subprocess.run([*dlprof_program(), "top", str(out), "--limit", "3"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert read.returncode == 0, read.stderr
+    assert "not final" in read.stderr and f"dlprof finish {out}" in read.stderr
+    assert sorted(path.name for path in (out / PENDING).rglob("save-*")) == pending, "reading wrote nothing"
+    finished = subprocess.run([*dlprof_program(), "finish", str(out)], capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert finished.returncode == 0, finished.stderr
+    assert "made final" in finished.stdout
+    assert not (out / PENDING).exists()
     done = subprocess.run([*dlprof_program(), "top", str(out), "--limit", "3"], capture_output=True,
                           text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "finished" in done.stderr and "killed processes left" in done.stderr
-    assert not (out / PENDING).exists()
+    assert done.returncode == 0 and "not final" not in done.stderr, done.stderr
     assert "aten::" in done.stdout

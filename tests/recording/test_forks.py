@@ -82,7 +82,7 @@ def test_each_rank_gathers_only_its_own_childrens_acknowledgements(tmp_path: Pat
     neither takes another's children's counts nor removes the folder they acknowledge in."""
     import os
 
-    from dlprof.forks import ForkFollower
+    from dlprof.recording.forks import ForkFollower
     from dlprof.store.sink import Sink
     from dlprof.store.slice_buffer import SliceBuffer
     from dlprof.store.writer import RankWriter

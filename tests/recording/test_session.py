@@ -149,7 +149,7 @@ def test_a_program_that_ends_its_steps_itself_takes_them_over_from_the_optimizer
     import textwrap
 
     from dlprof.config import ProfileConfig
-    from dlprof.runner import Target, run_target
+    from dlprof.recording.runner import Target, run_target
 
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""

@@ -19,7 +19,7 @@ import time
 from contextlib import ContextDecorator
 from types import TracebackType
 
-from dlprof.session import active_session
+from dlprof.recording.session import active_session
 
 
 class region(ContextDecorator):

@@ -12,12 +12,12 @@ the save, and writes the save's final parts (:meth:`dlprof.store.writer.RankWrit
                               # while the child finishes the oldest
 
 Jobs wait as files in the run (``pending/rank=N/``) and whoever finishes one first claims it
-by renaming it. The child is one long-lived process (``python -m dlprof.importers.finisher``),
+by renaming it. The child is one long-lived process (``python -m dlprof.recording.finisher``),
 started at the first save at the lowest CPU priority, so the program keeps its cores; it prints
 each result on its stdout. At the end, when the program no longer needs the cores, the
 profiled process works beside it. If the profiled process is killed (or ends with
 ``os._exit``), the child finishes every job waiting and then ends; if both are killed, the jobs
-stay on disk for :func:`finish_pending`. A job the child could not finish (it died) is done
+stay on disk for :func:`finish_pending` (``dlprof finish``). A job the child could not finish (it died) is done
 in the profiled process instead. Jobs are independent of each other, so they may be finished
 in any order.
 """
@@ -32,20 +32,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from dlprof.importers.kineto_cycle import CycleJob
 from dlprof.importers.kineto_cycle import convert_cycle as convert_kineto
-from dlprof.importers.xplane_cycle import XPlaneJob
 from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
-from dlprof.store import safe_files
-from dlprof.store.layout import PENDING
-from dlprof.store.processes import alive
+from dlprof.store.save_jobs import CycleJob, OpenSlice, PendingSaves, SaveJob, XPlaneJob, pending_ranks
 from dlprof.store.writer import RankWriter
 
 Result = dict[str, Any]
@@ -53,73 +48,11 @@ Result = dict[str, Any]
 # not a result.
 _RESULT = "dlprof-finished "
 
-# The profiler cycles a save can hold, by kind: how to rebuild one from JSON and convert it.
-_CYCLES: dict[str, tuple[type[CycleJob] | type[XPlaneJob], Callable[[Any], tuple[dict[StoreTable, list[pa.Table]], Result]]]] = {
-    CycleJob.KIND: (CycleJob, convert_kineto),
-    XPlaneJob.KIND: (XPlaneJob, convert_xplane),
+# How each kind of profiler cycle a save can hold is converted.
+_CONVERTERS: dict[str, Callable[[Any], tuple[dict[StoreTable, list[pa.Table]], Result]]] = {
+    CycleJob.KIND: convert_kineto,
+    XPlaneJob.KIND: convert_xplane,
 }
-
-
-@dataclass(frozen=True)
-class Cycle:
-    """One profiler cycle of a save, and the collector that wants its conversion's result."""
-
-    collector: str
-    job: CycleJob | XPlaneJob
-
-
-@dataclass(frozen=True)
-class OpenSlice:
-    """A slice still open when a save was made (see :func:`dlprof.store.nesting.nest_window`)."""
-
-    id: int
-    pid: int
-    tid: int
-    kind: str
-    name: str
-    start_ns: int
-
-
-@dataclass(frozen=True)
-class SaveJob:
-    """What one save of one rank left to make final."""
-
-    run_dir: Path
-    rank: int
-    number: int  # the save's window number: its parts are part-<number>.parquet
-    metadata: dict[str, str]  # for the parts' footers
-    chunks: dict[StoreTable, list[Path]] = field(default_factory=dict)
-    cycles: list[Cycle] = field(default_factory=list)
-    open_slices: list[OpenSlice] = field(default_factory=list)
-    # Ids of slices in this save that were still open at earlier saves.
-    open_before: list[int] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "run_dir": str(self.run_dir), "rank": self.rank, "number": self.number,
-            "metadata": self.metadata,
-            "chunks": {str(table): [str(p) for p in paths] for table, paths in self.chunks.items()},
-            "cycles": [{"collector": c.collector, "kind": c.job.KIND, **_plain(c.job)} for c in self.cycles],
-            "open_slices": [dataclasses.astuple(s) for s in self.open_slices],
-            "open_before": self.open_before,
-        })
-
-    @classmethod
-    def from_json(cls, text: str) -> SaveJob:
-        data = json.loads(text)
-        cycles = []
-        for item in data["cycles"]:
-            job_class, _ = _CYCLES[item.pop("kind")]
-            collector = item.pop("collector")
-            cycles.append(Cycle(collector, _rebuild(job_class, item)))
-        return cls(
-            run_dir=Path(data["run_dir"]), rank=data["rank"], number=data["number"],
-            metadata=data["metadata"],
-            chunks={StoreTable(table): [Path(p) for p in paths] for table, paths in data["chunks"].items()},
-            cycles=cycles,
-            open_slices=[OpenSlice(*row) for row in data["open_slices"]],
-            open_before=data.get("open_before", []),
-        )
 
 
 def finish(job: SaveJob) -> Result:
@@ -136,8 +69,7 @@ def finish(job: SaveJob) -> Result:
     rows: dict[StoreTable, list[pa.Table]] = {}
     cycles = []
     for cycle in job.cycles:
-        _, convert = _CYCLES[cycle.job.KIND]
-        converted, result = convert(cycle.job)
+        converted, result = _CONVERTERS[cycle.job.KIND](cycle.job)
         for table, pieces in converted.items():
             rows.setdefault(table, []).extend(pieces)
         cycles.append({"collector": cycle.collector, **result})
@@ -158,53 +90,6 @@ def finish(job: SaveJob) -> Result:
         "cycles": cycles,
         "seconds": time.perf_counter() - began,
     }
-
-
-class PendingSaves:
-    """Save jobs on disk (``<run>/pending/rank=N/save-NNNNN.json``) until they are finished.
-
-    Whoever finishes a job first claims it by renaming it, so the child process and the
-    profiled process can share the work; a job left behind by processes that were killed is
-    still there for :func:`finish_pending`.
-    """
-
-    def __init__(self, run_dir: Path, rank: int) -> None:
-        self.directory = run_dir / PENDING / f"rank={rank}"
-
-    def put(self, job: SaveJob) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"save-{job.number:05d}.json"
-        safe_files.write_text(path, job.to_json())
-
-    def claim(self, newest: bool = False) -> tuple[SaveJob, Path] | None:
-        """Take one job (the oldest, or the newest) for this process; None when none is left."""
-        jobs = sorted(self.directory.glob("save-*.json")) if self.directory.is_dir() else []
-        for path in reversed(jobs) if newest else jobs:
-            claimed = path.with_name(f"{path.stem}.claimed-{os.getpid()}")
-            try:
-                path.rename(claimed)
-            except FileNotFoundError:
-                continue  # the other process took it first
-            return SaveJob.from_json(claimed.read_text()), claimed
-        return None
-
-    def release_dead_claims(self) -> None:
-        """Put back the jobs claimed by processes that are gone (a child killed mid-job)."""
-        for claimed in self.directory.glob("save-*.claimed-*") if self.directory.is_dir() else ():
-            pid = int(claimed.name.rpartition("-")[2])
-            if pid != os.getpid() and not alive(pid):
-                claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
-
-    def left(self) -> int:
-        """Jobs not finished yet."""
-        return len(list(self.directory.glob("save-*"))) if self.directory.is_dir() else 0
-
-    def remove_if_empty(self) -> None:
-        for directory in (self.directory, self.directory.parent):
-            try:
-                directory.rmdir()
-            except OSError:
-                return
 
 
 class BackgroundFinisher:
@@ -271,7 +156,8 @@ class BackgroundFinisher:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
             self._child = subprocess.Popen(
                 # -P: the profiled program's working directory must not shadow the child's imports.
-                [sys.executable, "-P", "-m", "dlprof.importers.finisher", str(self._pending.directory)],
+                [sys.executable, "-P", "-m", "dlprof.recording.finisher",
+                 str(self._pending.run_dir), str(self._pending.rank)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
             )
             self._reader = threading.Thread(target=self._read_results, args=(self._child,),
@@ -287,15 +173,16 @@ class BackgroundFinisher:
 
 
 def finish_pending(run_dir: Path) -> int:
-    """Finish the saves a killed run left on disk (once its processes are gone).
+    """Finish the saves a killed run left on disk (once its processes are gone): ``dlprof finish``.
 
     Returns:
         How many were finished.
+
+    Raises:
+        SaveJobError: a job is damaged or names a place outside the run (it stays claimed).
     """
     finished = 0
-    root = run_dir / PENDING
-    for directory in sorted(root.glob("rank=*")) if root.is_dir() else []:
-        pending = PendingSaves(run_dir, int(directory.name.partition("=")[2]))
+    for pending in pending_ranks(run_dir):
         pending.release_dead_claims()
         while (taken := pending.claim()) is not None:
             finish(taken[0])
@@ -313,23 +200,6 @@ def _anchors(open_slices: list[OpenSlice]) -> pa.Table | None:
     return pa.table(dict(zip(names, columns, strict=True)))
 
 
-def _plain(job: CycleJob | XPlaneJob) -> dict[str, Any]:
-    return {key: str(value) if isinstance(value, Path) else value for key, value in dataclasses.asdict(job).items()}
-
-
-def _rebuild(job_class: type[CycleJob] | type[XPlaneJob], data: dict[str, Any]) -> CycleJob | XPlaneJob:
-    """A cycle job from its JSON: paths and pairs restored by their annotations."""
-    values: dict[str, Any] = {}
-    for item in dataclasses.fields(job_class):
-        value = data[item.name]
-        if value is not None and "Path" in str(item.type):
-            value = Path(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[item.name] = value
-    return job_class(**values)
-
-
 def _finish_waiting(pending: PendingSaves) -> None:
     while (taken := pending.claim()) is not None:
         result = finish(taken[0])
@@ -343,8 +213,7 @@ def main(argv: list[str]) -> int:
     wait for more while the profiled process writes a line now and then; finish what is left
     once it closes stdin (it is done, or it was killed)."""
     os.nice(19)
-    directory = Path(argv[0])
-    pending = PendingSaves(directory.parent.parent, int(directory.name.partition("=")[2]))
+    pending = PendingSaves(Path(argv[0]), int(argv[1]))
     while True:
         _finish_waiting(pending)
         if not sys.stdin.readline():

@@ -37,7 +37,7 @@ _MEMORY_CHECK_NS = 50_000_000
 # is to be ignored).
 SAVE_SIGNAL = signal.SIGURG
 # dlprof modules that are on the stack under the program itself, not above it.
-_UNDER_THE_PROGRAM = ("dlprof.runner", "dlprof.cli", "dlprof.__main__")
+_UNDER_THE_PROGRAM = ("dlprof.recording.runner", "dlprof.cli", "dlprof.__main__")
 
 
 # Memory a profiler takes per event: torch 2.13's Kineto keeps about 80 bytes per CPU op while

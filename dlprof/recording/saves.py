@@ -3,7 +3,7 @@
 At every save the session hands over what it recorded since the last one; the :class:`Saver`
 writes it as chunks at once (so a run killed a moment later keeps it), gathers the chunks every
 source wrote since the last save and the profiler cycles handed to it, and gives them to the
-finisher (:mod:`dlprof.importers.finisher`) as one job, with the slices still open at that
+finisher (:mod:`dlprof.recording.finisher`) as one job, with the slices still open at that
 moment. When the session ends, :meth:`Saver.close` waits for the last jobs, takes the time of
 each open slice's children in earlier saves off its self time, makes the chunks no save held
 final (forked DataLoader workers write their own), and says what the run holds::
@@ -21,7 +21,8 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.importers.finisher import BackgroundFinisher, Cycle, OpenSlice, PendingSaves, Result, SaveJob
+from dlprof.recording.finisher import BackgroundFinisher, Result
+from dlprof.store.save_jobs import Cycle, OpenSlice, PendingSaves, SaveJob
 from dlprof.store.sink import Sink
 from dlprof.store.writer import RankWriter
 
