@@ -28,6 +28,9 @@ class Kind(StrEnum):
     # The training loop waiting for its next batch: PyTorch's ``enumerate(DataLoader)#...``
     # ranges, tf.data's IteratorGetNext on the host (dlprof/importers/data_wait.py).
     DATA_WAIT = "data_wait"
+    # dlprof itself holding the program's thread (a save, a profiler cycle's stop and start, a
+    # flush), on the thread it held: never the user's time in any analysis.
+    PROFILER = "profiler"
 
 
 # Work that runs on an accelerator rather than on a CPU thread.
@@ -78,6 +81,9 @@ class RunStatus(StrEnum):
     COMPLETE = "complete"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # The program ran to its end but the recording is not whole (a collector that could not start
+    # or stopped, a full disk): Manifest.degraded says why.
+    DEGRADED = "degraded"
     # Never written: a reader reports it for a manifest left "running" with no live writer.
     KILLED = "killed"
 

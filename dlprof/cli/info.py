@@ -46,6 +46,7 @@ _STATUS_STYLE = {
     RunStatus.RUNNING: "cyan",
     RunStatus.FAILED: "red",
     RunStatus.INTERRUPTED: "yellow",
+    RunStatus.DEGRADED: "yellow",
     RunStatus.KILLED: "red",
 }
 

@@ -19,6 +19,7 @@ from dlprof.store.manifest import Manifest
 # The job's status is the worst of its ranks', in this order.
 _SEVERITY = (
     RunStatus.COMPLETE,
+    RunStatus.DEGRADED,
     RunStatus.RUNNING,
     RunStatus.INTERRUPTED,
     RunStatus.KILLED,

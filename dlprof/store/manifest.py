@@ -122,6 +122,14 @@ class Manifest:
     # the largest growth of the process's memory between two saves, and what was dropped or
     # throttled because it could not be saved in time (see dlprof.recording.save_policy).
     saving: dict[str, Any] = field(default_factory=dict)
+    # Why the recording is not whole, a line each ("torch collector failed: ...", "disk full after
+    # step 66: recording stopped"); whatever the program's outcome, a run with any is not complete.
+    degraded: list[str] = field(default_factory=list)
+
+    def final_status(self, outcome: RunStatus) -> RunStatus:
+        """The status to write for a program that ended with ``outcome``: DEGRADED in place of
+        COMPLETE when the recording is not whole (a failed or interrupted program keeps its own)."""
+        return RunStatus.DEGRADED if outcome is RunStatus.COMPLETE and self.degraded else outcome
 
     @property
     def duration_ns(self) -> int:
