@@ -204,8 +204,20 @@ def _finish_waiting(pending: PendingSaves) -> None:
     while (taken := pending.claim()) is not None:
         result = finish(taken[0])
         taken[1].unlink(missing_ok=True)
-        sys.stdout.write(_RESULT + json.dumps(result) + "\n")
+        _tell_parent(_RESULT + json.dumps(result) + "\n")
+
+
+def _tell_parent(line: str) -> None:
+    """Hand a result to the profiled process; once it is gone (killed, ``os._exit``) the jobs are
+    still finished, and nothing is said: the program's terminal gets no traceback of ours."""
+    try:
+        sys.stdout.write(line)
         sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        # Further writes, and the flush of what is buffered at exit, go nowhere.
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nowhere, sys.stdout.fileno())
+        os.close(nowhere)
 
 
 def main(argv: list[str]) -> int:
