@@ -61,6 +61,7 @@ gpu-check:
 	@$(GPU_PYTHON) -m tools.gpu_check $(GPU_CHECK_ARGS)
 
 ## Where the package index is reachable: the wheels gpu-check needs on a GPU machine, into .whl
-## (CPython 3.12, manylinux x86-64; cupti-python for CUDA 12 and 13 unless GPU_CUDA="--cuda 13").
+## (CPython 3.12, manylinux x86-64; cupti-python for a CUDA 13 driver, GPU_CUDA="--cuda 12" for a
+## CUDA 12 one). Fails if the tree and the wheels pass the 64 MiB a GPU machine receives.
 gpu-wheels:
 	$(PYTHON) -m tools.gpu_check.wheels --dest .whl $(GPU_CUDA)
