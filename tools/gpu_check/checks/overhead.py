@@ -7,7 +7,8 @@ CNN, each run as a whole process three ways, ``plain``, ``bare`` (torch.profiler
 program, then ``export_chrome_trace``) and ``dlprof`` (``dlprof run``), interleaved over
 :data:`ROUNDS` rounds in an order rotated each round (:mod:`tools.gpu_check.overhead`). Every
 process runs the script through ``programs/step_timer.py`` (optimizer steps timed on the host,
-peak CUDA memory); the peak resident memory of the process tree is sampled from here. First an
+peak CUDA memory); the peak resident memory of the process tree is sampled from here, as
+``bench/whole_process.py`` samples it. First an
 unmeasured plain run of the GPT-style workload warms its caches up and says how long a process
 takes, so that a round is started only when it fits in the time left.
 
@@ -25,11 +26,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
+from bench.whole_process import TreeMemory
 from tools.gpu_check.checks.harness import ROOT, CannotRun, Check, main, tail
 from tools.gpu_check.overhead import MIN_ROUNDS, Measurement, round_order, step_period_ms, summarise
 from tools.gpu_check.report import Part, Status
@@ -40,44 +40,6 @@ STEPS = {"gpt": 30, "cnn": 100}
 WARM_UP_STEPS = 3
 WAY_COST = {"plain": 1.0, "bare": 1.6, "dlprof": 2.0}  # a process's time against plain's, to plan a round
 _SPARE_S = 10.0
-
-
-class TreeMemory:
-    """The summed resident memory of a process and all its descendants, sampled every 20 ms."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.peak = 0
-        try:
-            self._root: Any = psutil.Process(pid)
-        except psutil.Error:  # already gone: nothing to sample
-            self._root = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import psutil
-
-        while self._root is not None and not self._done.is_set():
-            try:
-                processes = [self._root, *self._root.children(recursive=True)]
-            except psutil.Error:
-                return
-            total = 0
-            for process in processes:
-                try:
-                    total += process.memory_info().rss
-                except psutil.Error:
-                    continue
-            self.peak = max(self.peak, total)
-            self._done.wait(0.02)
-
-    def stop(self) -> int:
-        self._done.set()
-        self._thread.join()
-        return self.peak
 
 
 def command(way: str, workload: Workload, steps: int, scratch: Path) -> list[str]:

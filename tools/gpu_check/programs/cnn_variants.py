@@ -13,10 +13,9 @@ there are any), one ``optimizer.step()`` per step.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import runpy
 import time
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch import nn
@@ -25,13 +24,10 @@ from torch.utils.data import DataLoader, Dataset
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torch_cnn.py"
 
 
-def example() -> ModuleType:
-    """``examples/torch_cnn.py`` as a module (it is a script, not a package's)."""
-    spec = importlib.util.spec_from_file_location("torch_cnn_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def example_model() -> type[nn.Module]:
+    """The CNN class of ``examples/torch_cnn.py`` (a script, not a package's module)."""
+    model: type[nn.Module] = runpy.run_path(str(EXAMPLE), run_name="torch_cnn_example")["CNN"]
+    return model
 
 
 class Synthetic(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -59,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     device = torch.device(args.device)
-    model = example().CNN().to(device)
+    model = example_model()().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     forward = torch.compile(model, mode=args.compile) if args.compile else model
