@@ -392,8 +392,9 @@ class PmSamplingCollector(CuptiBacked):
         """The run is final and its samples attributed: say what was done, per device."""
         if not self._devices:
             return
-        summary = read_summary(self._context.run_dir, self._context.config.rank) or {}
-        self.notes.extend(attribution.note(device) for device, attribution in summary.items())
+        summary = read_summary(self._context.run_dir, self._context.config.rank)
+        if summary is not None:
+            self.notes.extend(summary.notes())
 
 
 COLLECTOR = PmSamplingCollector

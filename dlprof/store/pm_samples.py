@@ -11,7 +11,7 @@ recorded them (cupti, torch) and in whatever save they came, by the method of
 table: ``cupti:<metric>`` per kernel, method ``sampled``. That part's footer holds what was done
 (:func:`read_summary`), which the collector turns into its notes::
 
-    summary = attribute_rank(run_dir, rank=0)   # {"cuda:0": DeviceSummary(...)}; {} if nothing to do
+    summary = attribute_rank(run_dir, rank=0)   # RankSummary(devices={"cuda:0": ...}); None: nothing to do
     read_summary(run_dir, 0)                    # the same, read back from the part's footer
 
 Memory: the rank's kernels (id, start, end, name) are held; the samples are read one file (one
@@ -20,6 +20,7 @@ save) at a time, and each file's share of every kernel is added up.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
@@ -74,19 +75,36 @@ class DeviceSummary:
                 f"{self.kernels:,} kernels{pooled}{outside}{dropped}")
 
 
-def read_summary(run_dir: Path, rank: int) -> dict[str, DeviceSummary] | None:
+@dataclass
+class RankSummary:
+    """What :func:`attribute_rank` did in one rank: per device, or why it could not."""
+
+    devices: dict[str, DeviceSummary] = field(default_factory=dict)
+    problem: str = ""  # why the samples found were not attributed; "" when they were
+
+    def notes(self) -> list[str]:
+        """Lines for the collector's notes."""
+        return [summary.note(device) for device, summary in self.devices.items()] + (
+            [self.problem] if self.problem else [])
+
+
+def read_summary(run_dir: Path, rank: int) -> RankSummary | None:
     """What :func:`attribute_rank` did in this rank, from its part's footer; None if it never ran."""
     for path in reversed(rank_files(rank_dir(run_dir, StoreTable.METRICS, rank)).parts):  # it is made last
         found = (pq.read_schema(path).metadata or {}).get(SUMMARY_KEY.encode())
         if found is not None:
-            return {device: DeviceSummary(**fields) for device, fields in json.loads(found).items()}
+            data = json.loads(found)
+            return RankSummary({device: DeviceSummary(**fields) for device, fields in data["devices"].items()},
+                               str(data.get("problem", "")))
     return None
 
 
-def attribute_rank(run_dir: Path, rank: int, metadata: Mapping[str, str] | None = None) -> dict[str, DeviceSummary]:
+def attribute_rank(run_dir: Path, rank: int, metadata: Mapping[str, str] | None = None) -> RankSummary | None:
     """Share a rank's PM samples among its kernels and write the values as a metrics part.
 
-    Done once per rank: a rank whose attribution part exists is left alone.
+    Done once per rank: a rank whose attribution part exists is left alone. Once samples are
+    found, a failure to read or share them is written down (the part holds no rows, its footer
+    the reason) rather than raised: the rank's saves are final whatever happens here.
 
     Args:
         run_dir: the run.
@@ -94,27 +112,31 @@ def attribute_rank(run_dir: Path, rank: int, metadata: Mapping[str, str] | None 
         metadata: footer entries for the part (rank, world size, host), as the writer's.
 
     Returns:
-        Per device, what was done; empty when the rank has no PM samples or was attributed before.
+        What was done; None when the rank has no PM samples or was attributed before.
     """
-    devices: dict[str, _DeviceShares] = {}
-    kernels: dict[str, _Kernels] | None = None
-    for piece in _pieces(run_dir, rank):
-        if kernels is None:  # the first samples: unless this was done before, the kernels are read
-            if read_summary(run_dir, rank) is not None:
-                return {}
-            kernels = _kernels(run_dir, rank)
-        shares = devices.get(piece.device)
-        if shares is None:
-            shares = devices[piece.device] = _DeviceShares(kernels.get(piece.device, _Kernels.none()))
-        shares.add(piece)
-    if not devices:
-        return {}
-    tables, summary = [], {}
-    for device, shares in devices.items():
-        table, summary[device] = shares.result()
-        tables.append(table)
-    rows = pa.concat_tables(tables) if tables else SCHEMAS[StoreTable.METRICS].empty_table()
-    footer = {**(metadata or {}), SUMMARY_KEY: json.dumps({d: asdict(s) for d, s in summary.items()})}
+    pieces = _pieces(run_dir, rank)
+    first = next(pieces, None)
+    if first is None or read_summary(run_dir, rank) is not None:
+        return None
+    rows = SCHEMAS[StoreTable.METRICS].empty_table()
+    try:
+        kernels = _kernels(run_dir, rank)
+        devices: dict[str, _DeviceShares] = {}
+        for piece in itertools.chain([first], pieces):
+            shares = devices.get(piece.device)
+            if shares is None:
+                shares = devices[piece.device] = _DeviceShares(kernels.get(piece.device, _Kernels.none()))
+            shares.add(piece)
+        summary = RankSummary()
+        tables = []
+        for device, shares in devices.items():
+            table, summary.devices[device] = shares.result()
+            tables.append(table)
+        rows = pa.concat_tables(tables)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        summary = RankSummary(problem=f"PM samples not attributed to kernels: {type(error).__name__}: {error}")
+    footer = {**(metadata or {}), SUMMARY_KEY: json.dumps(
+        {"devices": {d: asdict(s) for d, s in summary.devices.items()}, "problem": summary.problem})}
     write_parquet(conform(rows, SCHEMAS[StoreTable.METRICS]).replace_schema_metadata(footer),
                   rank_dir(run_dir, StoreTable.METRICS, rank) / part_name(_next_part(run_dir, rank)))
     return summary

@@ -149,8 +149,9 @@ def test_compaction_attributes_once_and_only_kernels_the_samples_saw(tmp_path: P
     assert _metrics(tmp_path) == pytest.approx({100: 1000.0 + 1000.0, 101: 1000.0})
     assert counts["metrics"] == 2
     summary = read_summary(tmp_path, 0)
-    assert summary is not None and summary["cuda:0"].attributed == 2 and summary["cuda:0"].kernels == 3
-    assert attribute_rank(tmp_path, 0) == {}  # done before: not again
+    assert summary is not None and summary.devices["cuda:0"].attributed == 2
+    assert summary.devices["cuda:0"].kernels == 3
+    assert attribute_rank(tmp_path, 0) is None  # done before: not again
     writer.compact()
     assert len(list((tmp_path / "metrics" / "rank=0").glob("part-*"))) == 1
 
@@ -166,8 +167,9 @@ def test_samples_that_overlap_or_lack_a_length_are_left_out_and_counted(tmp_path
     assert _metrics(tmp_path) == pytest.approx({100: 4.0})
     summary = read_summary(tmp_path, 0)
     assert summary is not None
-    assert summary["cuda:0"].dropped == {"a count with no sample length": 1, "it overlapped the sample before": 1}
-    assert "2 samples shared among 1 of its 1 kernels" in summary["cuda:0"].note("cuda:0")
+    device = summary.devices["cuda:0"]
+    assert device.dropped == {"a count with no sample length": 1, "it overlapped the sample before": 1}
+    assert "2 samples shared among 1 of its 1 kernels" in device.note("cuda:0")
 
 
 def test_each_device_gets_its_own_samples_and_no_kernels_is_said(tmp_path: Path) -> None:
@@ -179,8 +181,9 @@ def test_each_device_gets_its_own_samples_and_no_kernels_is_said(tmp_path: Path)
     assert _metrics(tmp_path) == pytest.approx({100: 8.0})
     summary = read_summary(tmp_path, 0)
     assert summary is not None
-    assert summary["cuda:0"].note("cuda:0") == ("cuda:0: no kernel slices to attribute 1 samples to (collect "
-                                                "them with the cupti or torch collector)")
+    assert sorted(summary.notes()) == [
+        "cuda:0: no kernel slices to attribute 1 samples to (collect them with the cupti or torch collector)",
+        "cuda:1: 1 samples shared among 1 of its 1 kernels; 0 % of smsp__inst_executed.sum fell outside every kernel"]
 
 
 def test_a_rank_without_pm_samples_is_left_as_it_is(tmp_path: Path) -> None:
@@ -205,3 +208,17 @@ def test_dlprof_finish_attributes_a_killed_runs_samples(tmp_path: Path) -> None:
                                           open_before=[]))
     assert finish_pending(tmp_path) == 1
     assert _metrics(tmp_path) == pytest.approx({100: 6.0})
+
+
+def test_samples_that_cannot_be_shared_leave_the_reason_not_an_error(tmp_path: Path) -> None:
+    writer = RankWriter(tmp_path, 0)
+    writer.write_chunk(StoreTable.SLICES, _kernels([(0, 100)]), "cupti")
+    writer.write_chunk(StoreTable.COUNTERS, _samples([100], [100], [6.0]), "pm_sampling")
+    kernels = tmp_path / "slices" / "rank=0"
+    writer.compact()  # attributed once: now make a second run of the step fail on a damaged file
+    (tmp_path / "metrics").rename(tmp_path / "attributed")
+    next(kernels.glob("part-*")).write_bytes(b"PAR1 damaged PAR1")
+    summary = attribute_rank(tmp_path, 0)
+    assert summary is not None and summary.devices == {}
+    assert summary.problem.startswith("PM samples not attributed to kernels: ")
+    assert read_summary(tmp_path, 0) == summary
