@@ -52,10 +52,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check dlprof tests tools bench
 	$(BIN)/mypy
 
-## On a machine with an NVIDIA GPU and no network: prove every GPU path in one go, into
-## gpu-check.json, .md and .log ($DLPROF_GPU_CHECK_OUT when set). Installs only what the machine's Python lacks,
-## from .whl into .gpu-venv, never from the network. Exit 0 all passed, 1 a check failed,
-## 3 no NVIDIA GPU here, 4 nothing failed but a check could not run (make shows it as Error N).
+## On a machine with an NVIDIA GPU and no network: prove every GPU path in one go (at most 8 minutes),
+## into gpu-check.json, .md and .log beside the recordings it brings back ($DLPROF_GPU_CHECK_OUT when set).
+## Installs only what the machine's Python lacks, from .whl into .gpu-venv, never from the network. Exit 0
+## all passed, 1 a check failed, 3 no NVIDIA GPU here, 4 nothing failed but a check could not run (make
+## shows it as Error N).
 GPU_PYTHON ?= python3
 gpu-check:
 	@$(GPU_PYTHON) -m tools.gpu_check $(GPU_CHECK_ARGS)
