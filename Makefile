@@ -52,15 +52,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check dlprof tests tools bench
 	$(BIN)/mypy
 
-## On a machine with an NVIDIA GPU and no network: prove every GPU path in one go, into
-## gpu-check.json, .md and .log ($DLPROF_GPU_CHECK_OUT when set). Installs only what the machine's Python lacks,
-## from .whl into .gpu-venv, never from the network. Exit 0 all passed, 1 a check failed,
-## 3 no NVIDIA GPU here, 4 nothing failed but a check could not run (make shows it as Error N).
+## On a machine with an NVIDIA GPU and no network: prove every GPU path in one go (at most 8 minutes),
+## into gpu-check.json, .md and .log beside the recordings it brings back ($DLPROF_GPU_CHECK_OUT when set).
+## Installs only what the machine's Python lacks, from .whl into .gpu-venv, never from the network. Exit 0
+## all passed, 1 a check failed, 3 no NVIDIA GPU here, 4 nothing failed but a check could not run (make
+## shows it as Error N).
 GPU_PYTHON ?= python3
 gpu-check:
 	@$(GPU_PYTHON) -m tools.gpu_check $(GPU_CHECK_ARGS)
 
 ## Where the package index is reachable: the wheels gpu-check needs on a GPU machine, into .whl
-## (CPython 3.12, manylinux x86-64; cupti-python for CUDA 12 and 13 unless GPU_CUDA="--cuda 13").
+## (CPython 3.12, manylinux x86-64; cupti-python for a CUDA 13 driver, GPU_CUDA="--cuda 12" for a
+## CUDA 12 one). Fails if the tree and the wheels pass the 64 MiB a GPU machine receives.
 gpu-wheels:
 	$(PYTHON) -m tools.gpu_check.wheels --dest .whl $(GPU_CUDA)

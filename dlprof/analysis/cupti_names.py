@@ -7,6 +7,7 @@ derived-metric formula may use either; names are resolved here and nowhere else:
 
     perfworks_name("inst_executed")            # "smsp__inst_executed.sum"
     perfworks_name("smsp__inst_executed.sum")  # unchanged
+    perfworks_names("gld_request")             # the name, then what counts the same on other chips
 
 The pairs are those of NVIDIA's nvprof-to-Nsight-Compute event and metric comparison tables,
 restricted to counters that are sums (an nvprof ratio such as ``ipc`` is a derived metric here,
@@ -18,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Final
+
+from dlprof.hardware.pm_metrics import equivalents
 
 _SASS = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
 
@@ -57,6 +60,13 @@ def perfworks_name(name: str) -> str:
         The name to look for among a run's metrics.
     """
     return LEGACY_TO_PERFWORKS.get(name, name)
+
+
+def perfworks_names(name: str) -> tuple[str, ...]:
+    """The Perfworks name of ``name`` (:func:`perfworks_name`), then the names that count the same
+    events on other chips (:func:`dlprof.hardware.pm_metrics.equivalents`): a run holds the one its
+    GPU could sample."""
+    return equivalents(perfworks_name(name))
 
 
 def legacy_name(perfworks: str) -> str | None:

@@ -3,7 +3,8 @@
 A formula is arithmetic over names: ``inst_executed / active_cycles``. A name is a counter of
 the run, with or without its source prefix (``cupti:smsp__inst_executed.sum``,
 ``smsp__inst_executed.sum``), a legacy CUPTI name resolved through
-:data:`dlprof.analysis.cupti_names.LEGACY_TO_PERFWORKS` (``inst_executed``), a built-in metric
+:data:`dlprof.analysis.cupti_names.LEGACY_TO_PERFWORKS` (``inst_executed``; a counter that counts
+the same on another chip stands in, :mod:`dlprof.hardware.pm_metrics`), a built-in metric
 (``flop_count``), or one of :class:`Special`'s names (``time``, ``flops``, ``max_warps_per_sm``).
 A name with characters other than letters, digits, ``_`` and ``.`` goes in backticks:
 ```` `perf:task-clock` / time ````. Only numbers, names, ``+ - * / **`` and parentheses are
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.cupti_names import describe_names, perfworks_name
+from dlprof.analysis.cupti_names import describe_names, perfworks_name, perfworks_names
 from dlprof.keys import PROFILER_RANGE
 from dlprof.store.reader import Run
 
@@ -249,10 +250,13 @@ class _Names:
             return name
         if name in self.full:
             return name
-        found = self.by_bare.get(perfworks_name(name), [])
-        if len(found) > 1:
-            raise FormulaError(f"{name!r} is ambiguous here: write one of {', '.join(found)}")
-        return found[0] if found else None
+        for candidate in perfworks_names(name):  # a chip may have sampled an equivalent counter
+            found = self.by_bare.get(candidate, [])
+            if len(found) > 1:
+                raise FormulaError(f"{name!r} is ambiguous here: write one of {', '.join(found)}")
+            if found:
+                return found[0]
+        return None
 
     def leaves(self, formula: Formula, seen: tuple[str, ...] = ()) -> tuple[set[str], list[str]]:
         """The columns a formula reads, through the built-ins it names, and the names not found."""

@@ -6,27 +6,28 @@
 Built on ``cupti.pm_sampling`` (``dlprof[gpu]``). Metrics are Perfworks names (they contain
 ``__``) taken from ``ProfileConfig.counters`` (``--counters``); with none named there, the four
 of :data:`DEFAULT_METRICS`. Before sampling starts, each name is checked against the GPU's chip
-with ``cupti.profiler_host``; a name the chip does not know is left out and said so in the
-manifest. The GPU samples every :data:`SAMPLE_INTERVAL_NS` while the schedule records; a thread
-decodes the hardware buffer every :data:`DRAIN_SECONDS` so that it does not overflow.
+with ``cupti.profiler_host``. Chips differ in what they can sample: a name the chip does not
+offer is replaced by the first of its equivalents that it does
+(:mod:`dlprof.hardware.pm_metrics`; on GH100, the global-load count), and the note says which;
+one with no equivalent on the chip is left out, the note naming the chip's related counters.
+The GPU samples every :data:`SAMPLE_INTERVAL_NS` while the schedule records; a thread decodes
+the hardware buffer every :data:`DRAIN_SECONDS` so that it does not overflow, and each save
+writes the samples decoded so far.
 
-What is written:
-
-* the **counters** table: one row per sample and metric, track ``cupti.<metric>``, device
-  ``cuda:N``, at the sample's end;
-* the **metrics** table: ``cupti:<metric>`` per kernel slice (method ``sampled``), the samples
-  shared among kernels by proportional overlap, short kernels pooled per name
-  (:mod:`dlprof.store.sample_attribution` says how, and where the method is weak).
-  The kernels are those the ``cupti`` or ``torch`` collector recorded in the same run; this
-  collector is stopped after them (the session starts it first) and reads their slices back.
+What is written, per sample, to the **counters** table on device ``cuda:N`` at the sample's end:
+one row per metric on track ``cupti.<metric>`` (the name actually sampled) and its length on
+``cupti.sample_duration`` (:mod:`dlprof.store.pm_samples`). Per-kernel values (the **metrics**
+table, ``cupti:<metric>``, method ``sampled``) are not this collector's: once the run is final,
+the store shares the samples among the kernels that the ``cupti`` or ``torch`` collector
+recorded (:func:`dlprof.store.pm_samples.attribute_rank`), whatever order the collectors stopped
+in; this collector then notes what was attributed.
 
 PM sample timestamps are taken to be on CUPTI's GPU timestamp clock, as activity records are, and
 are mapped to epoch ns the same way (:func:`dlprof.collectors.cupti.sample_cupti_clock`).
 
-Not verified on GPU hardware: the development machines have no NVIDIA driver, and without
-``libcuda.so.1`` neither cupti-python (it asks the driver for its version before loading CUPTI)
-nor ``libcupti`` itself (``cuptiProfilerHostGetSupportedChips`` returns CUPTI_ERROR_UNKNOWN) will
-run even the host-side metric queries.
+Verified on GPU hardware only as far as the GPU check's report says: on an H200 (2026-11-27)
+three of the four defaults were sampled and the fourth was refused, before equivalents were
+chosen; attribution in the store has run on recorded records only.
 """
 
 from __future__ import annotations
@@ -41,30 +42,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from dlprof.collectors.base import CollectorContext
 from dlprof.collectors.cupti import CuptiBacked, sample_cupti_clock
-from dlprof.keys import Kind, StoreTable
+from dlprof.hardware.pm_metrics import DEFAULT_METRICS, equivalents, related
 from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain
-from dlprof.store.sample_attribution import Attribution, attribute_samples
-from dlprof.store.writer import CHUNK_GLOB, rank_dir
+from dlprof.store.pm_samples import DURATION_TRACK, TRACK_PREFIX, read_summary
 
-DEFAULT_METRICS = (
-    "smsp__inst_executed.sum",
-    "sm__warps_active.sum",
-    "sm__cycles_active.sum",
-    "smsp__inst_executed_op_global_ld.sum",
-)
 SAMPLE_INTERVAL_NS = 100_000  # 10k samples a second: fine enough for kernels of a few 100 us
 DRAIN_SECONDS = 0.25
 HARDWARE_BUFFER_BYTES = 128 * 1024 * 1024
 MAX_SAMPLES_PER_DECODE = 100_000
-TRACK_PREFIX = "cupti."
-METRIC_PREFIX = "cupti:"
-SAMPLED = "sampled"
 # A Perfworks metric name: unit__counter, then optional rollups (".sum", ".avg.per_second").
 PERFWORKS_NAME = re.compile(r"[a-z0-9]+__[a-z0-9_]+(\.[a-z0-9_]+)*")
 
@@ -134,25 +123,62 @@ def check_metrics(chip: str, metrics: Sequence[str]) -> tuple[list[MetricInfo], 
     return valid, invalid
 
 
-def chip_counters(chip: str) -> list[MetricInfo]:
-    """Every base counter metric of the chip, as ``.sum`` (a count over each sample), described."""
+def base_counters(chip: str) -> list[str]:
+    """The base counter metrics the chip offers for PM sampling (names without a rollup)."""
     host_module: Any = importlib.import_module("cupti.profiler_host")
+    cupti: Any = importlib.import_module("cupti.cupti")
     host = host_module.ProfilerHost(chip, host_module.ProfilerType.PM_SAMPLING)
     host.initialize()
     try:
-        names = host.get_base_metrics(host_module.MetricType.COUNTER)
+        return [str(name) for name in host.get_base_metrics(cupti.MetricType.COUNTER)]
     finally:
         host.deinitialize()
-    valid, _ = check_metrics(chip, [f"{name}.sum" for name in names])
-    return valid
+
+
+@dataclass(frozen=True)
+class MetricChoice:
+    """The metrics to sample on one chip, and what to say about the others."""
+
+    names: list[str]  # to configure, in the order asked for
+    notes: list[str]  # one per name replaced by an equivalent or left out
+
+
+def choose_metrics(chip: str, wanted: Sequence[str], valid: Iterable[str], invalid: dict[str, str],
+                   offered: Sequence[str] = ()) -> MetricChoice:
+    """For each wanted metric, the first of its equivalents the chip offers.
+
+    Args:
+        chip: the chip's name, for the notes.
+        wanted: the metrics asked for (the defaults, or ``--counters``).
+        valid: every name the chip's profiler host accepted.
+        invalid: names it refused, with its reason.
+        offered: the chip's base counters, to name related ones when no equivalent is offered.
+    """
+    accepted = set(valid)
+    names: list[str] = []
+    notes: list[str] = []
+    for name in wanted:
+        taken = next((other for other in equivalents(name) if other in accepted and other not in names), None)
+        why = invalid.get(name, "not offered")
+        if taken == name:
+            names.append(name)
+        elif taken is not None:
+            names.append(taken)
+            notes.append(f"{taken} sampled in place of {name} ({why})")
+        else:
+            tried = [other for other in equivalents(name) if other != name]
+            near = related(name, list(offered))
+            notes.append(f"{name} left out: {why}" + (f"; nor is {', '.join(tried)} offered on {chip}" if tried else "")
+                         + (f"; related counters {chip} offers: {', '.join(near[:8])}" if near else ""))
+    return MetricChoice(names, notes)
 
 
 def samples_to_counters(start: np.ndarray, end: np.ndarray, values: np.ndarray,
                         metrics: Sequence[str], device: int, clock_offset_ns: int, pid: int) -> pa.Table:
-    """PM samples as counters-table rows: one per sample and metric, at the sample's end.
+    """PM samples as counters-table rows, at each sample's end: one per metric, and its length.
 
     Args:
-        start: sample starts, CUPTI clock ns (unused but for the shape: the end marks a sample).
+        start: sample starts, CUPTI clock ns.
         end: sample ends, CUPTI clock ns.
         values: (samples, metrics) metric values.
         metrics: the metric names, in ``values``' column order.
@@ -161,58 +187,33 @@ def samples_to_counters(start: np.ndarray, end: np.ndarray, values: np.ndarray,
         pid: the profiled process.
 
     Returns:
-        Rows with track ``cupti.<metric>``, metric-major.
+        Rows with track ``cupti.<metric>`` (unit count), then :data:`DURATION_TRACK` (unit ns),
+        track-major.
     """
     n_samples, n_metrics = len(start), len(metrics)
-    n = n_samples * n_metrics
+    columns = np.column_stack([np.asarray(values, dtype=np.float64).reshape(n_samples, n_metrics),
+                               np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)])
+    n_tracks = n_metrics + 1
+    n = n_samples * n_tracks
     tracks = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.arange(n_metrics, dtype=np.int32), n_samples)),
-        pa.array([TRACK_PREFIX + m for m in metrics], pa.string()))
+        pa.array(np.repeat(np.arange(n_tracks, dtype=np.int32), n_samples)),
+        pa.array([TRACK_PREFIX + m for m in metrics] + [DURATION_TRACK], pa.string()))
+    units = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.array([0] * n_metrics + [1], dtype=np.int32), n_samples)),
+        pa.array(["count", "ns"], pa.string()))
     return pa.table({
         "pid": pa.array(np.full(n, pid, dtype=np.int64)),
         "device": pa.array([f"cuda:{device}"] * n, pa.string()).dictionary_encode(),
         "track": tracks,
-        "ts_ns": pa.array(np.tile(np.asarray(end, dtype=np.int64) + clock_offset_ns, n_metrics)),
-        "value": pa.array(np.asarray(values, dtype=np.float64).reshape(n_samples, n_metrics).T.reshape(-1)),
-        "unit": pa.array(["count"] * n, pa.string()).dictionary_encode(),
+        "ts_ns": pa.array(np.tile(np.asarray(end, dtype=np.int64) + clock_offset_ns, n_tracks)),
+        "value": pa.array(columns.T.reshape(-1)),
+        "unit": units,
     })
-
-
-def kernel_metrics(slice_ids: np.ndarray, attribution: Attribution, metrics: Sequence[str]) -> pa.Table:
-    """Per-kernel values as metrics-table rows ``cupti:<metric>``, method ``sampled``."""
-    n_kernels, n_metrics = len(slice_ids), len(metrics)
-    n = n_kernels * n_metrics
-    return pa.table({
-        "slice_id": pa.array(np.tile(np.asarray(slice_ids, dtype=np.int64), n_metrics)),
-        "metric": pa.DictionaryArray.from_arrays(
-            pa.array(np.repeat(np.arange(n_metrics, dtype=np.int32), n_kernels)),
-            pa.array([METRIC_PREFIX + m for m in metrics], pa.string())),
-        "value": pa.array(attribution.kernel_values.T.reshape(-1)),
-        "scope": pa.array(["kernel"] * n, pa.string()).dictionary_encode(),
-        "method": pa.array([SAMPLED] * n, pa.string()).dictionary_encode(),
-    })
-
-
-def read_kernels(run_dir: Any, rank: int, device: int) -> pa.Table:
-    """The kernel slices of one device written so far in this rank's chunks: id, name, start, end."""
-    columns = ["id", "kind", "device", "name", "start_ns", "dur_ns"]
-    paths = sorted(rank_dir(run_dir, StoreTable.SLICES, rank).glob(CHUNK_GLOB))
-    strings = {"kind", "device", "name"}
-    tables = []
-    for path in paths:
-        table = pq.read_table(path, columns=columns)
-        # Chunks dictionary-encode their strings each with its own dictionary: plain strings join.
-        tables.append(pa.table({c: table[c].cast(pa.string()) if c in strings else table[c] for c in columns}))
-    if not tables:
-        return pa.table({c: pa.array([], pa.string() if c in strings else pa.int64()) for c in columns})
-    table = pa.concat_tables(tables)
-    mask = pc.and_(pc.equal(table["kind"], str(Kind.KERNEL)), pc.equal(table["device"], f"cuda:{device}"))
-    return table.filter(mask).sort_by("start_ns")
 
 
 @dataclass
 class _Device:
-    """One GPU's PM sampling session and what its drain thread decoded so far."""
+    """One GPU's PM sampling session and what its drain thread decoded since the last save."""
 
     index: int
     chip: str
@@ -222,13 +223,14 @@ class _Device:
     starts: list[np.ndarray] = field(default_factory=list)
     ends: list[np.ndarray] = field(default_factory=list)
     values: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0  # written so far
 
 
 class PmSamplingCollector(CuptiBacked):
     name = "cupti_metrics"
     description = "CUPTI PM sampling: GPU metrics over time, and per kernel by attribution"
     cupti_module = "cupti.pm_sampling"
-    # Early, so that it stops after the collectors whose kernels its samples are shared among.
+    # Early, so that sampling covers the other collectors' start and stop.
     start_order = 10
 
     def start(self, context: CollectorContext) -> None:
@@ -267,19 +269,32 @@ class PmSamplingCollector(CuptiBacked):
             return 0
         return int(count)
 
-    def _open(self, pm_sampling: Any, index: int, metrics: Sequence[str]) -> _Device | None:
-        """Check the metrics against the device's chip, then enable and configure its sampler."""
+    def _choose(self, index: int, metrics: Sequence[str]) -> tuple[str, list[str]] | None:
+        """The device's chip and the metrics to sample on it (notes say what was replaced)."""
         try:
             chip = chip_name(index)
-            valid, invalid = check_metrics(chip, metrics)
+            candidates = list(dict.fromkeys(other for name in metrics for other in equivalents(name)))
+            valid, invalid = check_metrics(chip, candidates)
         except Exception as error:  # noqa: BLE001  the device is left out, with CUPTI's reason
             self.notes.append(f"cuda:{index}: metrics not checked: {type(error).__name__}: {error}")
             return None
-        for name, why in invalid.items():
-            self.notes.append(f"cuda:{index} ({chip}): {name} left out: {why}")
-        if not valid:
+        accepted = [m.name for m in valid]
+        offered: list[str] = []
+        if any(not set(equivalents(name)) & set(accepted) for name in metrics):
+            try:
+                offered = base_counters(chip)
+            except Exception as error:  # noqa: BLE001  only the note's list of related counters is lost
+                self.notes.append(f"cuda:{index} ({chip}): its counters not listed: {type(error).__name__}: {error}")
+        choice = choose_metrics(chip, metrics, accepted, invalid, offered)
+        self.notes.extend(f"cuda:{index} ({chip}): {note}" for note in choice.notes)
+        return (chip, choice.names) if choice.names else None
+
+    def _open(self, pm_sampling: Any, index: int, metrics: Sequence[str]) -> _Device | None:
+        """Choose the metrics for the device's chip, then enable and configure its sampler."""
+        chosen = self._choose(index, metrics)
+        if chosen is None:
             return None
-        names = [m.name for m in valid]
+        chip, names = chosen
         sampler = pm_sampling.Collector(device_index=index)
         try:
             sampler.enable()
@@ -342,6 +357,24 @@ class PmSamplingCollector(CuptiBacked):
                 device.ends.append(np.array([x.end_timestamp for x in samples], dtype=np.int64))
                 device.values.append(np.array([x.metric_values for x in samples], dtype=np.float64))
 
+    def save(self) -> None:
+        """Decode what the GPU has sampled so far and write every sample since the last save."""
+        if not self._devices:
+            return
+        self._drain()
+        pid = os.getpid()
+        with self._lock:
+            for device in self._devices:
+                if not device.starts:
+                    continue
+                start, end = np.concatenate(device.starts), np.concatenate(device.ends)
+                values = np.concatenate(device.values)
+                device.starts, device.ends, device.values = [], [], []
+                device.samples += len(start)
+                self._context.sink.append_counters(
+                    samples_to_counters(start, end, values, device.metrics, device.index, self._offset_ns, pid),
+                    "pm_sampling")
+
     def stop(self) -> None:
         if not self._devices:
             return
@@ -349,38 +382,19 @@ class PmSamplingCollector(CuptiBacked):
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
-        self._drain()
-        pid = os.getpid()
+        self.save()
         for device in self._devices:
             device.sampler.disable()
-            if not device.starts:
+            if not device.samples:
                 self.notes.append(f"cuda:{device.index}: no completed samples")
-                continue
-            start, end = np.concatenate(device.starts), np.concatenate(device.ends)
-            values = np.concatenate(device.values)
-            self._context.sink.append_counters(
-                samples_to_counters(start, end, values, device.metrics, device.index, self._offset_ns, pid),
-                "pm_sampling")
-            self._write_kernel_metrics(device, start + self._offset_ns, end + self._offset_ns, values)
 
-    def _write_kernel_metrics(self, device: _Device, start: np.ndarray, end: np.ndarray,
-                              values: np.ndarray) -> None:
-        kernels = read_kernels(self._context.run_dir, self._context.config.rank, device.index)
-        if kernels.num_rows == 0:
-            self.notes.append(f"cuda:{device.index}: no kernel slices to attribute samples to "
-                              "(collect them with the cupti or torch collector)")
+    def after_conversions(self) -> None:
+        """The run is final and its samples attributed: say what was done, per device."""
+        if not self._devices:
             return
-        order = np.argsort(start, kind="stable")
-        k_start = kernels["start_ns"].to_numpy()
-        attribution = attribute_samples(start[order], end[order], values[order], k_start,
-                                        k_start + kernels["dur_ns"].to_numpy(),
-                                        [str(n) for n in kernels["name"].to_pylist()])
-        self._context.sink.append_metrics(
-            kernel_metrics(kernels["id"].to_numpy(), attribution, device.metrics), "pm_sampling")
-        if attribution.names:
-            self.notes.append(f"cuda:{device.index}: {int(attribution.short.sum())} kernels shorter "
-                              f"than the {attribution.interval_ns} ns sampling interval were "
-                              f"given their name's pooled value ({len(attribution.names)} names)")
+        summary = read_summary(self._context.run_dir, self._context.config.rank)
+        if summary is not None:
+            self.notes.extend(summary.notes())
 
 
 COLLECTOR = PmSamplingCollector

@@ -40,6 +40,7 @@ import pyarrow as pa
 from dlprof.importers.kineto_cycle import convert_cycle as convert_kineto
 from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
+from dlprof.store.pm_samples import attribute_rank
 from dlprof.store.save_jobs import CycleJob, OpenSlice, PendingSaves, SaveJob, XPlaneJob, pending_ranks
 from dlprof.store.writer import RankWriter
 
@@ -184,11 +185,15 @@ def finish_pending(run_dir: Path) -> int:
     finished = 0
     for pending in pending_ranks(run_dir):
         pending.release_dead_claims()
+        metadata = None
         while (taken := pending.claim()) is not None:
             finish(taken[0])
+            metadata = taken[0].metadata
             taken[1].unlink(missing_ok=True)
             finished += 1
         pending.remove_if_empty()
+        if metadata is not None:  # the rank's saves are final: its PM samples go to its kernels
+            attribute_rank(run_dir, pending.rank, metadata)
     return finished
 
 

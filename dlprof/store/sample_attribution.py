@@ -22,8 +22,12 @@ nothing of kernels. A kernel's value is recovered from the samples that overlap 
   launches) and the sum is handed back to each of them in proportion to its duration. A name's
   total is what the method estimates well; one short launch's value is that name's average rate
   times its duration, not a measurement of that launch.
+* **Only kernels the samples saw.** A kernel no sample overlaps (it ran while sampling was off)
+  gets no value, not zero, and takes no part in its name's pool.
 
-Pure functions over numpy arrays: no CUPTI, no GPU, no store.
+The functions above are pure, over numpy arrays. The samples are attributed once a rank of a run
+is final, as a compaction step (:mod:`dlprof.store.pm_samples`), so that the kernels may come
+from any collector, in any order.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ class Attribution:
 
     own_share: FloatArray  # (kernels, metrics): proportional overlap, before pooling
     kernel_values: FloatArray  # (kernels, metrics): own share, or the name's pool for short ones
-    short: npt.NDArray[np.bool_]  # (kernels,): shorter than the sampling interval
+    covered: npt.NDArray[np.bool_]  # (kernels,): overlapped by at least one sample
+    short: npt.NDArray[np.bool_]  # (kernels,): shorter than the sampling interval, and covered
     names: list[str]  # the names of short kernels, one per pool
     name_values: FloatArray  # (names, metrics): the pool of each name (sum of own shares)
     name_counts: IntArray  # (names,): short launches pooled under each name
@@ -87,6 +92,74 @@ def overlap_pairs(sample_start: IntArray, sample_end: IntArray, kernel_start: In
     return samples[keep], kernels[keep], overlap[keep]
 
 
+def own_shares(sample_start: IntArray, sample_end: IntArray, sample_values: FloatArray,
+               kernel_start: IntArray, kernel_end: IntArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """Each kernel's proportional share of the samples it overlaps, and which kernels any sample
+    overlapped.
+
+    Shares add up over disjoint sets of samples, as long as each set is shared among every kernel
+    that overlaps it: a long run is attributed a piece of samples at a time.
+
+    Args:
+        sample_start: sorted, not overlapping (ns).
+        sample_end: (ns).
+        sample_values: (samples, metrics).
+        kernel_start: (ns), any order.
+        kernel_end: (ns).
+
+    Returns:
+        (kernels, metrics) shares and a (kernels,) mask of kernels overlapped by a sample.
+    """
+    samples, kernels, overlap = overlap_pairs(sample_start, sample_end, kernel_start, kernel_end)
+    busy = np.bincount(samples, weights=overlap, minlength=sample_start.size)
+    # Kernels overlapping one another in a sample share it; a sample with idle time keeps the rest.
+    denominator = np.maximum((sample_end - sample_start).astype(np.float64), busy)
+    weight = np.divide(overlap, denominator[samples], out=np.zeros(overlap.size),
+                       where=denominator[samples] > 0)
+    own = np.zeros((kernel_start.size, sample_values.shape[1]))
+    for metric in range(sample_values.shape[1]):
+        own[:, metric] = np.bincount(kernels, weights=weight * sample_values[samples, metric],
+                                     minlength=kernel_start.size)
+    covered = np.bincount(kernels, minlength=kernel_start.size) > 0
+    return own, covered
+
+
+def pool_short_kernels(own: FloatArray, covered: npt.NDArray[np.bool_], duration: IntArray,
+                       kernel_names: list[str], interval_ns: int,
+                       unattributed: FloatArray) -> Attribution:
+    """The kernels' values: a long kernel keeps its own share, the short ones of a name share
+    their name's pool by duration (this module's docstring says why).
+
+    Args:
+        own: (kernels, metrics) shares (:func:`own_shares`, summed over pieces).
+        covered: which kernels a sample overlapped; the others get nothing.
+        duration: each kernel's duration (ns).
+        kernel_names: the pooling key.
+        interval_ns: the sampling interval: what "short" means.
+        unattributed: (metrics,) counts no kernel took, for the result.
+    """
+    short = covered & (duration < interval_ns)
+    values_out = np.where(covered[:, None], own, 0.0)
+    names_array = np.asarray(kernel_names, dtype=object)
+    pooled_names, pool_of = np.unique(names_array[short], return_inverse=True)
+    n_pools = pooled_names.size
+    name_values = np.zeros((n_pools, own.shape[1]))
+    short_index = np.flatnonzero(short)
+    np.add.at(name_values, pool_of, own[short_index])
+    name_counts = np.bincount(pool_of, minlength=n_pools).astype(np.int64)
+    name_dur = np.bincount(pool_of, weights=duration[short_index], minlength=n_pools).astype(np.int64)
+    # A name's pool goes back to its launches by duration; zero-length launches split it evenly.
+    pool_dur = name_dur[pool_of].astype(np.float64)
+    share = np.where(pool_dur > 0, duration[short_index] / np.where(pool_dur > 0, pool_dur, 1.0),
+                     1.0 / np.maximum(name_counts[pool_of], 1))
+    values_out[short_index] = name_values[pool_of] * share[:, None]
+    return Attribution(
+        own_share=own, kernel_values=values_out, covered=covered, short=short,
+        names=[str(n) for n in pooled_names], name_values=name_values, name_counts=name_counts,
+        name_dur_ns=name_dur, unattributed=unattributed, interval_ns=interval_ns,
+    )
+
+
 def attribute_samples(sample_start: Any, sample_end: Any, values: Any, kernel_start: Any,
                       kernel_end: Any, kernel_names: list[str],
                       interval_ns: int | None = None) -> Attribution:
@@ -109,44 +182,12 @@ def attribute_samples(sample_start: Any, sample_end: Any, values: Any, kernel_st
     sample_values = np.asarray(values, dtype=np.float64)
     if sample_values.ndim == 1:  # one metric
         sample_values = sample_values[:, None]
-    n_metrics = sample_values.shape[1]
-    n_kernels = k_start.size
-    if len(kernel_names) != n_kernels or k_end.size != n_kernels or s_end.size != s_start.size:
+    if len(kernel_names) != k_start.size or k_end.size != k_start.size or s_end.size != s_start.size:
         raise ValueError("sample and kernel arrays must have matching lengths")
     if s_start.size > 1 and bool(np.any(s_start[1:] < s_end[:-1])):
         raise ValueError("samples must be sorted by start and must not overlap")
     interval = sampling_interval(s_start, s_end) if interval_ns is None else int(interval_ns)
-
-    samples, kernels, overlap = overlap_pairs(s_start, s_end, k_start, k_end)
-    busy = np.bincount(samples, weights=overlap, minlength=s_start.size)
-    # Kernels overlapping one another in a sample share it; a sample with idle time keeps the rest.
-    denominator = np.maximum((s_end - s_start).astype(np.float64), busy)
-    weight = np.divide(overlap, denominator[samples], out=np.zeros(overlap.size),
-                       where=denominator[samples] > 0)
-    own = np.zeros((n_kernels, n_metrics))
-    for metric in range(n_metrics):
-        own[:, metric] = np.bincount(kernels, weights=weight * sample_values[samples, metric],
-                                     minlength=n_kernels)
+    own, covered = own_shares(s_start, s_end, sample_values, k_start, k_end)
     unattributed = sample_values.sum(axis=0) - own.sum(axis=0)
-
-    duration = np.maximum(k_end - k_start, 0)
-    short = duration < interval
-    values_out = own.copy()
-    names_array = np.asarray(kernel_names, dtype=object)
-    pooled_names, pool_of = np.unique(names_array[short], return_inverse=True)
-    n_pools = pooled_names.size
-    name_values = np.zeros((n_pools, n_metrics))
-    short_index = np.flatnonzero(short)
-    np.add.at(name_values, pool_of, own[short_index])
-    name_counts = np.bincount(pool_of, minlength=n_pools).astype(np.int64)
-    name_dur = np.bincount(pool_of, weights=duration[short_index], minlength=n_pools).astype(np.int64)
-    # A name's pool goes back to its launches by duration; zero-length launches split it evenly.
-    pool_dur = name_dur[pool_of].astype(np.float64)
-    share = np.where(pool_dur > 0, duration[short_index] / np.where(pool_dur > 0, pool_dur, 1.0),
-                     1.0 / name_counts[pool_of])
-    values_out[short_index] = name_values[pool_of] * share[:, None]
-    return Attribution(
-        own_share=own, kernel_values=values_out, short=short, names=[str(n) for n in pooled_names],
-        name_values=name_values, name_counts=name_counts, name_dur_ns=name_dur,
-        unattributed=unattributed, interval_ns=interval,
-    )
+    return pool_short_kernels(own, covered, np.maximum(k_end - k_start, 0), kernel_names, interval,
+                              unattributed)

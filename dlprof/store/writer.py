@@ -9,8 +9,9 @@ written as one ``part-NNNNN.parquet`` per table, after which the chunks are remo
 therefore never read back whole to be written: each window is bounded by what one save holds.
 
 :meth:`RankWriter.compact` makes whatever chunks are left final as one more window (the chunks
-of forked DataLoader workers, a run imported from files). A part's footer names the chunks it
-replaced, so a reader that finds both (a process killed between writing a part and removing its
+of forked DataLoader workers, a run imported from files), then shares the rank's PM samples
+among its kernels (:func:`dlprof.store.pm_samples.attribute_rank`). A part's footer names the
+chunks it replaced, so a reader that finds both (a process killed between writing a part and removing its
 chunks) counts each row once (:mod:`dlprof.store.layout`).
 """
 
@@ -30,6 +31,7 @@ from dlprof.keys import StoreTable
 from dlprof.store.attribution import attribute_memory
 from dlprof.store.layout import CHUNK_GLOB, SOURCES_KEY, part_name, rank_dir, rank_files
 from dlprof.store.nesting import NestingReport, OpenSliceTimes, nest_window
+from dlprof.store.pm_samples import attribute_rank
 from dlprof.store.schema import SCHEMAS, conform, write_parquet
 
 __all__ = ["CHUNK_GLOB", "RankWriter", "WindowReport", "rank_dir", "read_chunks"]
@@ -158,6 +160,9 @@ class RankWriter:
         if loose:
             report = self.finish_window(max(numbers) + 1, loose).nesting
         self.take_written()
+        # Every save of the rank is final: PM samples are shared among its kernels now, whichever
+        # collector recorded them and in whatever save.
+        attribute_rank(self.run_dir, self.rank, self.metadata)
         return self.counts(), report
 
     def counts(self) -> dict[str, int]:

@@ -7,9 +7,12 @@ NVIDIA GPU and no network.
 Steps: ask the driver for a GPU (none: one line, exit 3); make sure the Python has dlprof's
 dependencies, installing only what is missing from ``.whl`` into ``.gpu-venv`` (never from the
 network); ask that Python what it can import and which versions it has; run each check
-(:data:`tools.gpu_check.checks.CHECKS`) in a process of its own with a time limit, all within
-``--budget`` seconds; write ``gpu-check.json``, ``gpu-check.md`` and ``gpu-check.log`` after
-every check, so that even a run cut short leaves a report.
+(:data:`tools.gpu_check.checks.CHECKS`), then when time is left each part after them
+(:data:`tools.gpu_check.checks.AFTER_CHECKS`: recordings, commands, overhead), in a process of
+its own with a time limit, all within ``--budget`` seconds (8 minutes); write ``gpu-check.json``,
+``gpu-check.md`` and ``gpu-check.log`` after every one, so that even a run cut short leaves a
+report. The report's directory also receives the recordings: at most 8 files of at most 16 MiB
+in all (:mod:`tools.gpu_check.bring_back`).
 
 Exit status (:class:`tools.gpu_check.report.ExitCode`): 0 every check passed, 1 a check failed,
 2 bad options, 3 no NVIDIA GPU here, 4 nothing failed but a check could not run.
@@ -28,20 +31,21 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tools.gpu_check.checks import CHECKS, CheckSpec
+from tools.gpu_check.checks import AFTER_CHECKS, CHECKS, CheckSpec
 from tools.gpu_check.driver import Gpus, find_gpus
 from tools.gpu_check.install import Prepared, prepare
 from tools.gpu_check.report import LOG_NAME, CheckResult, ExitCode, Report, write_report
 from tools.gpu_check.runner import CHECK_LOG_NAME, run_check
 
 ROOT = Path(__file__).resolve().parents[2]
-BUDGET_S = 540  # GPU machines borrowed by the hour often limit one command to 10 minutes; a margin
+# Set-up, the checks, the recordings, the commands and the overhead: 8 minutes, so that a GPU lent
+# for 15 (its start-up and the copying of the tree included) runs it in one command.
+BUDGET_S = 480
 REPORT_RESERVE_S = 15  # kept back at the end for the report
-MIN_CHECK_S = 30  # a check is not started with less time than this left
 PROBE_TIMEOUT_S = 120
 # Where the report goes when --out is not given.
 OUT_VARIABLE = "DLPROF_GPU_CHECK_OUT"
-LOG_TAIL_BYTES = 2 * 1024 * 1024  # of each check's log, in gpu-check.log
+LOG_TAIL_BYTES = 1024 * 1024  # of each part's log in gpu-check.log: 8 parts stay far under 16 MiB
 
 
 def _say(message: str) -> None:
@@ -49,7 +53,7 @@ def _say(message: str) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    names = [spec.name for spec in CHECKS]
+    names = [spec.name for spec in (*CHECKS, *AFTER_CHECKS)]
     parser = argparse.ArgumentParser(
         prog="python -m tools.gpu_check",
         description="Prove every GPU path of dlprof on a machine with an NVIDIA GPU, offline, in one go.",
@@ -71,7 +75,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help=f"seconds for everything (default: {BUDGET_S})")
     parser.add_argument("--check", dest="checks", action="append", choices=names, metavar="NAME",
-                        help=f"run only this check (repeatable): {', '.join(names)}")
+                        help=f"run only this check or part (repeatable): {', '.join(names)}")
     return parser.parse_args(argv)
 
 
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(prepared.notes[-1] if prepared.notes else f"using {prepared.python}")
     if prepared.problem:
         _say(prepared.problem)
-    specs = [s for s in CHECKS if not args.checks or s.name in args.checks]
+    specs = [s for s in (*CHECKS, *AFTER_CHECKS) if not args.checks or s.name in args.checks]
     modules = list(dict.fromkeys(m for s in specs for m in s.needs))
     env = check_environment(work, prepared.pythonpath)
     imports, found = probe(prepared.python, modules, env)
@@ -164,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                                                             if m.startswith("cupti") else "")
                             for m, e in unmet.items())
             result = CheckResult.not_run(spec.name, spec.title, why, covers=spec.covers)
-        elif left < MIN_CHECK_S:
-            result = CheckResult.not_run(spec.name, spec.title, f"out of time: {left:.0f} s of the "
-                                         f"{args.budget:.0f} s budget left", covers=spec.covers)
+        elif left < spec.least_s:
+            result = CheckResult.not_run(spec.name, spec.title, f"out of time: {max(left, 0):.0f} s of the "
+                                         f"{args.budget:.0f} s budget left, {spec.least_s} s needed",
+                                         covers=spec.covers)
         else:
             _say(f"{spec.name}: running (at most {min(spec.timeout_s, left):.0f} s)")
-            result = run_check(spec, prepared.python, work, min(spec.timeout_s, left), env)
+            result = run_check(spec, prepared.python, work, min(spec.timeout_s, left), env, out)
             _append_log(log, spec.name, _check_log(work / spec.name / CHECK_LOG_NAME))
         results.append(result)
         ended = f": {result.reason}" if result.reason else ""

@@ -8,12 +8,15 @@ What dlprof needs is read from ``pyproject.toml`` (its dependencies and the ``gp
 one is missing, ``.gpu-venv`` is made with ``--system-site-packages`` plus a ``.pth`` file that
 adds the launching interpreter's own site directories (so that torch and CuPy are seen even when
 that interpreter is itself a virtual environment); then ``pip install --no-index --find-links
-.whl`` installs only what is missing, and dlprof from this tree without its dependencies.
+.whl`` installs only what is missing; dlprof itself is imported from this tree (the checks put it
+first on ``PYTHONPATH``), so nothing builds it.
 Where no virtual environment can be made, what is missing goes under ``.gpu-venv/prefix`` with
 ``pip install --prefix`` instead (which, unlike ``--target``, counts the packages the machine has),
 and the checks find it on ``PYTHONPATH``.
 cupti-python is taken at the CUDA major version the driver supports (its 12.x wheels for a CUDA
-12 driver, 13.x for 13). Nothing here touches the machine's own packages. Standard library only.
+12 driver, 13.x for 13), the newest of that major among the wheels: a newer CUPTI of the same
+major runs on an older driver (cupti-python 13.4 with CUPTI 13.5 ran on an H200's CUDA 13.0
+driver, driver 580.159.04), a newer major does not (CUPTI 13 refuses a CUDA 12 driver). Nothing here touches the machine's own packages. Standard library only.
 """
 
 from __future__ import annotations
@@ -170,10 +173,8 @@ def prepare(python: str, wheels: Path, venv: Path, cuda_major: int) -> Prepared:
         problem = _run([*pip, *wanted], notes)
         if problem:
             return Prepared(inner, notes, f"installing {', '.join(wanted)} from {wheels.name} failed: {problem}")
-    # dlprof itself, from this tree (the checks also find it on PYTHONPATH: a failure only notes).
-    problem = _run([*pip, "--no-deps", "-e", str(ROOT)], notes)
-    notes.append(f"dlprof not installed into {venv.name} ({problem}); the checks import it from the tree"
-                 if problem else f"installed into {venv.name}: {', '.join(wanted)} and dlprof (editable)")
+    # dlprof itself is not installed: the checks import it from this tree, first on PYTHONPATH.
+    notes.append(f"installed into {venv.name}: {', '.join(wanted)} (dlprof is imported from the tree)")
     left = missing(inner, needed)
     return Prepared(inner, notes, f"still missing after installing: {', '.join(left)}" if left else "")
 

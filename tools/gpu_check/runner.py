@@ -45,7 +45,8 @@ def _parts(result: Path) -> tuple[list[Part], bool]:
         return [], False
 
 
-def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: dict[str, str]) -> CheckResult:
+def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: dict[str, str],
+              out: Path | None = None) -> CheckResult:
     """Run ``spec``'s module with ``python``, at most ``timeout_s`` seconds.
 
     Args:
@@ -54,6 +55,7 @@ def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: d
         work: the directory of all checks; this one works in ``work/<name>/``.
         timeout_s: its limit; the check is told a little less, so that it can write its result.
         env: the whole environment of the check's process.
+        out: the report's directory, where a check leaves files to bring back.
 
     Returns:
         Its result: its parts, plus one for a time-out or a crash.
@@ -62,7 +64,7 @@ def run_check(spec: CheckSpec, python: str, work: Path, timeout_s: float, env: d
     directory.mkdir(parents=True, exist_ok=True)
     result, log_path = directory / "result.json", directory / CHECK_LOG_NAME
     command = [python, "-m", spec.module, "--work", str(directory), "--result", str(result),
-               "--seconds", f"{max(timeout_s - 10, 1):.0f}"]
+               "--seconds", f"{max(timeout_s - 10, 1):.0f}", *(["--out", str(out)] if out is not None else [])]
     started = time.monotonic()
     with log_path.open("w") as log:
         log.write(f"$ {' '.join(command)}\n")

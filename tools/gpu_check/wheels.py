@@ -1,14 +1,17 @@
 """``make gpu-wheels``: download, where the package index is reachable, the wheels that ``make
 gpu-check`` installs on a GPU machine that has no network.
 
-    python -m tools.gpu_check.wheels --dest .whl            # CUDA 12 and 13 builds of cupti-python
-    python -m tools.gpu_check.wheels --dest .whl --cuda 13  # half the size, for a CUDA 13 driver
+    python -m tools.gpu_check.wheels --dest .whl            # for a CUDA 13 driver (the default)
+    python -m tools.gpu_check.wheels --dest .whl --cuda 12  # for a CUDA 12 driver
 
 What is needed is dlprof's dependencies and its ``gpu`` extra (from ``pyproject.toml``), less what
-the GPU machines already have (:data:`ON_GPU_MACHINE`), plus setuptools (dlprof's build backend,
-to install dlprof from the tree offline). Each is resolved with its own dependencies for CPython
-3.12 on manylinux x86-64, once per CUDA major version of cupti-python (a CUDA 12 driver cannot
-run CUPTI 13); wheels of what the machines have (numpy) are removed afterwards.
+the GPU machines already have (:data:`ON_GPU_MACHINE`); dlprof itself is imported from the tree,
+never built there. Each is resolved with its own dependencies for CPython 3.12 on manylinux
+x86-64, once per CUDA major version of cupti-python (a CUDA 12 driver cannot run CUPTI 13; a CUDA
+13.0 driver ran cupti-python 13.4 with CUPTI 13.5, the newest of major 13 when this was last
+fetched); wheels of what the machines have (numpy) are removed afterwards. The tree and the
+wheels must stay under :data:`TREE_AND_WHEELS_LIMIT` together: with ``--cuda 13`` the wheels are
+about 50 MiB (duckdb alone 24), so the tree has about 14 MiB, tests' data included.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ PLATFORMS = ("manylinux2014_x86_64", *(f"manylinux_2_{minor}_x86_64" for minor i
 ON_GPU_MACHINE = frozenset({"torch", "cupy", "numpy", "pandas", "pyarrow", "rich", "click", "psutil",
                             "nvidia-ml-py", "pygments", "markdown-it-py", "mdurl", "python-dateutil",
                             "pytz", "tzdata", "six", "typing-extensions"})
-EXTRA_FOR_INSTALL = ("setuptools",)  # builds dlprof from the tree: pip install -e . offline
 CUDA_MAJORS = (12, 13)
+# Both majors at once pass the limit below (duckdb and CUPTI twice): one is fetched, 13 unless told.
+DEFAULT_CUDA_MAJOR = 13
 TREE_AND_WHEELS_LIMIT = 64 * 2**20  # small enough to copy to a GPU machine along with the tree
 
 
@@ -41,8 +45,7 @@ def normalise(name: str) -> str:
 
 def wanted() -> list[str]:
     """The distributions a GPU machine lacks for dlprof and ``make gpu-check``."""
-    needed = [*requirements(), *EXTRA_FOR_INSTALL]
-    return [name for name in needed if normalise(name) not in ON_GPU_MACHINE]
+    return [name for name in requirements() if normalise(name) not in ON_GPU_MACHINE]
 
 
 def download_command(dest: Path, names: list[str], cuda_major: int) -> list[str]:
@@ -83,11 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Example: python -m tools.gpu_check.wheels --dest .whl --cuda 12 --cuda 13")
     parser.add_argument("--dest", type=Path, default=ROOT / ".whl", help="where to put them (default: .whl)")
     parser.add_argument("--cuda", type=int, action="append", choices=CUDA_MAJORS, default=None,
-                        help="CUDA major version of cupti-python to fetch (repeatable; default: 12 and 13)")
+                        help=f"CUDA major version of cupti-python to fetch, the driver's (repeatable; default: "
+                             f"{DEFAULT_CUDA_MAJOR})")
     args = parser.parse_args(argv)
     args.dest.mkdir(parents=True, exist_ok=True)
     names = wanted()
-    for major in args.cuda or CUDA_MAJORS:
+    for major in args.cuda or (DEFAULT_CUDA_MAJOR,):
         command = download_command(args.dest, names, major)
         print(f"gpu-wheels: CUDA {major}: {' '.join(command[1:4])} ... {' '.join(command[-len(names):])}",
               flush=True)
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
           "MiB a GPU machine receives")
     if size + tree > TREE_AND_WHEELS_LIMIT:
         print("gpu-wheels: too large to copy along: fetch one CUDA version only (--cuda 13, or 12 for an older "
-              "driver)", file=sys.stderr)
+              "driver), or make the tree smaller (tests' data counts)", file=sys.stderr)
         return 1
     return 0
 

@@ -30,6 +30,7 @@ from tools.gpu_check.checks.cupti_metrics import (
     kernel_named,
     per_kernel_metrics,
     roofline_verdicts,
+    torch_kernels_carry_metrics,
 )
 from tools.gpu_check.checks.nvml_sampler import MATRIX_BYTES, nvml_parts
 from tools.gpu_check.report import Status
@@ -43,16 +44,17 @@ KERNELS = {  # name -> (inst_executed, cycles_active, warps_active, global loads
 H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "maxThreadsPerMultiprocessor": 2048, "warpSize": 32}
 
 
-def metrics_run(run_dir: Path, devices: list[dict[str, Any]], kernels: dict[str, tuple[float, ...]] = KERNELS) -> Run:
-    """Two kernels of two launches each on cuda:0, with the four default PM sampling metrics."""
+def metrics_run(run_dir: Path, devices: list[dict[str, Any]], kernels: dict[str, tuple[float, ...]] = KERNELS,
+                loads: str = "smsp__inst_executed_op_global_ld.sum") -> Run:
+    """Two kernels of two launches each on cuda:0, with the four default PM sampling metrics
+    (global loads stored under ``loads``: what the chip sampled)."""
     names = [name for name in kernels for _ in range(2)]
     slices = pa.table({
         "id": list(range(1, len(names) + 1)), "pid": [1] * len(names), "tid": [7] * len(names),
         "device": ["cuda:0"] * len(names), "kind": ["kernel"] * len(names), "name": names,
         "start_ns": [BASE + i * 3_000_000 for i in range(len(names))], "dur_ns": [2_000_000] * len(names),
     })
-    metric_names = ("smsp__inst_executed.sum", "sm__cycles_active.sum", "sm__warps_active.sum",
-                    "smsp__inst_executed_op_global_ld.sum")
+    metric_names = ("smsp__inst_executed.sum", "sm__cycles_active.sum", "sm__warps_active.sum", loads)
     rows: dict[str, list[Any]] = {"slice_id": [], "metric": [], "value": [], "scope": [], "method": []}
     for slice_id, name in enumerate(names, start=1):
         for metric, total in zip(metric_names, kernels[name], strict=True):
@@ -117,6 +119,36 @@ def test_a_kernel_without_its_metrics_fails(tmp_path: Path) -> None:
     part = per_kernel_metrics(starved, ROLES)
     assert part.status is Status.FAILED
     assert part.detail == "missing, negative or zero: memory-bound smsp__inst_executed.sum"
+
+
+@pytest.mark.slow
+def test_the_sass_global_load_count_a_gh100_samples_stands_in_for_the_refused_one(tmp_path: Path) -> None:
+    """On the H200 the chip refused smsp__inst_executed_op_global_ld.sum; its SASS count is stored
+    instead, and the check and dlprof metrics read it as the global loads."""
+    sass = "smsp__sass_inst_executed_op_global_ld.sum"
+    run = metrics_run(tmp_path / "run", [H100], loads=sass)
+    part = per_kernel_metrics(run, ROLES)
+    assert part.status is Status.PASSED, part.detail
+    assert part.figures["sampled as"] == {"smsp__inst_executed_op_global_ld.sum": sass}
+    parts = derived_parts(dlprof_metrics(tmp_path / "run", "--limit", "0"), unavailable(tmp_path / "run"), ROLES)
+    assert all(p.status is Status.PASSED for p in parts), [p.detail for p in parts]
+
+
+def test_torch_kernels_pass_when_nearly_all_carry_every_metric(tmp_path: Path) -> None:
+    run = metrics_run(tmp_path / "run", [H100])
+    assert torch_kernels_carry_metrics(run).status is Status.PASSED
+    writer = RankWriter(tmp_path / "more", 0)
+    more = dlprof.load(tmp_path / "run")
+    slices = pa.Table.from_pandas(more.slices.drop(columns=["rank"]), preserve_index=False)
+    extra = slices.slice(0, 1).set_column(0, "id", pa.array([99], pa.int64()))  # a kernel with no metric
+    writer.write_chunk(StoreTable.SLICES, pa.concat_tables([slices, extra]), "torch")
+    writer.write_chunk(StoreTable.METRICS, pa.Table.from_pandas(more.metrics.drop(columns=["rank"]),
+                                                                preserve_index=False), "pm")
+    counts, _ = writer.compact()
+    Manifest(name="more", command=["python"], status=RunStatus.COMPLETE, start_ns=BASE, end_ns=BASE + 10**9,
+             counts=counts).write(tmp_path / "more")
+    part = torch_kernels_carry_metrics(dlprof.load(tmp_path / "more"))
+    assert part.status is Status.FAILED and part.detail.startswith("4 of 5 kernels (80 %, needed 95 %)")
 
 
 def test_kernels_are_found_by_name_or_by_a_decorated_name() -> None:

@@ -1,7 +1,10 @@
-"""The checks, one module each, run as ``python -m MODULE --work DIR --result FILE --seconds N``.
+"""The checks, one module each, run as ``python -m MODULE --work DIR --result FILE --seconds N
+[--out REPORT_DIR]``, then the parts that run after them when time is left.
 
-This table is all the process that sets up and reports needs to know of them (standard library
-only); each module imports dlprof and the GPU libraries itself, in its own process.
+These tables are all the process that sets up and reports needs to know of them (standard
+library only); each module imports dlprof and the GPU libraries itself, in its own process. A
+check proves rows of the README's verification table; a part after the checks brings back what
+the GPU showed (recordings, what each analysis command does on a GPU run, the overhead).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class CheckSpec:
     needs: tuple[str, ...]  # modules that must import in the check's Python, or it cannot run
     timeout_s: int  # a check still running then is killed with everything it started
     covers: tuple[str, ...]  # rows of the README's "What was verified where" table
+    least_s: int = 30  # not started with less time than this left
 
 
 CHECKS: tuple[CheckSpec, ...] = (
@@ -48,3 +52,26 @@ CHECKS: tuple[CheckSpec, ...] = (
         "tools.gpu_check.checks.nvml_sampler", ("dlprof", "pynvml", "torch"), 120,
         ("`nvml` sampler",)),
 )
+
+AFTER_CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec(
+        "recordings",
+        "real GPU runs brought back for the tests' data: `dlprof run` of the GPT-style workload in "
+        "bf16 and of the CNN (DataLoader workers; torch.compile reduce-overhead), and a bare "
+        "torch.profiler trace of the GPT-style workload",
+        "tools.gpu_check.checks.recordings", ("dlprof", "torch"), 240, (), least_s=60),
+    CheckSpec(
+        "overhead",
+        "what dlprof costs on the GPU: the GPT-style workload (bf16) and the CNN, plain / bare "
+        "torch.profiler + export / `dlprof run`, interleaved over 3 rounds: wall time, step time, "
+        "peak memory",
+        "tools.gpu_check.checks.overhead", ("dlprof", "torch", "psutil"), 300, (), least_s=90),
+    CheckSpec(
+        "commands",
+        "every analysis command on the GPU run as a user types it (top by each kind, steps, gpu, memory, "
+        "roofline, estimate, advise, tune, metrics, report, export in every format), 30 s each",
+        "tools.gpu_check.checks.commands", ("dlprof",), 150, (), least_s=20),
+)
+"""Run after the checks, in this order, each only when time is left; they prove no row. The
+overhead comes before the commands: it needs its three rounds whole, the commands are skipped one
+by one."""

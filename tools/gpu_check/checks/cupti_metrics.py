@@ -8,8 +8,11 @@ run under ``dlprof run --collectors cupti_metrics,cupti``. Each kernel must carr
 metric (``cupti:<metric>``, method ``sampled``); ``dlprof metrics`` (run as a user runs it) must
 give IPC, warps per instruction, global loads per instruction and achieved occupancy within
 their physical ranges (:data:`tools.gpu_check.compare.PHYSICAL_RANGES`), with the memory-bound
-kernel loading more per instruction than the compute-bound one. The roofline part runs only
-where a ``dlprof roofline`` command exists.
+kernel loading more per instruction than the compute-bound one; ``dlprof roofline`` must put each
+on its side of the ridge (the GPU named with ``--device``, as a CUPTI run records no device
+properties). A chip that cannot sample a default metric samples an equivalent
+(:mod:`dlprof.hardware.pm_metrics`): the part says which was stored. Last, the bundled CNN runs
+under ``--collectors cupti_metrics,torch``: the kernels torch recorded must carry the metrics too.
 """
 
 from __future__ import annotations
@@ -17,19 +20,27 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dlprof.collectors.cupti_metrics import DEFAULT_METRICS, METRIC_PREFIX, PERMISSION_MESSAGE, SAMPLED
+from dlprof.collectors.cupti_metrics import PERMISSION_MESSAGE
+from dlprof.hardware.pm_metrics import DEFAULT_METRICS, equivalents
+from dlprof.store.pm_samples import METRIC_PREFIX, SAMPLED
 from dlprof.store.reader import Run
-from tools.gpu_check.checks.harness import PROGRAMS, CannotRun, Check, main
+from tools.gpu_check.checks.harness import PROGRAMS, ROOT, CannotRun, Check, main
 from tools.gpu_check.checks.stored import run_complete
 from tools.gpu_check.compare import PHYSICAL_RANGES, check_order, check_range
 from tools.gpu_check.programs.cupy_work import COMPUTE_BOUND, MEMORY_BOUND
 from tools.gpu_check.report import Part, Status
 
 PROGRAM = [str(PROGRAMS / "cupy_work.py"), "--phase", "metrics"]
+# The same sampling with the torch collector recording the kernels: attribution is the store's,
+# whichever collector recorded them. The commands part reads this run for `dlprof metrics`.
+TORCH_RUN = "torch-run"
+TORCH_PROGRAM = [str(ROOT / "examples" / "torch_cnn.py"), "--device", "cuda", "--steps", "30", "--batch-size", "256"]
+TORCH_COVERED = 0.95  # of the kernels carry every metric (sampling starts before torch's first kernel)
 ROOFLINE = "memory-bound and compute-bound kernels on their sides of the roofline"
 NO_ROOFLINE = "no roofline command yet"
 # Columns a roofline table might name its verdict by; the first found is read.
@@ -45,17 +56,26 @@ def kernel_named(names: Sequence[str], wanted: str) -> str | None:
     return next((n for n in names if wanted in n), None)
 
 
+def sampled_as(stored: set[str]) -> dict[str, str | None]:
+    """Each default metric -> the name it was stored under (itself or an equivalent the chip
+    offered in its place, :mod:`dlprof.hardware.pm_metrics`), None if the run has neither."""
+    return {metric: next((m for m in equivalents(metric) if METRIC_PREFIX + m in stored), None)
+            for metric in DEFAULT_METRICS}
+
+
 def per_kernel_metrics(run: Run, kernels: Mapping[str, str | None]) -> Part:
-    """Each named kernel carries every default PM sampling metric, sampled, and the counts every
-    kernel has (:data:`NEVER_ZERO`) above 0.
+    """Each named kernel carries every default PM sampling metric (or the equivalent its chip
+    sampled), sampled, and the counts every kernel has (:data:`NEVER_ZERO`) above 0.
 
     Args:
         run: the run.
         kernels: role ("memory-bound") -> the kernel's stored name, None if it was not found.
     """
-    what = f"each kernel carries {', '.join(DEFAULT_METRICS)} (method {SAMPLED})"
+    what = f"each kernel carries {', '.join(DEFAULT_METRICS)} or an equivalent (method {SAMPLED})"
     slices, metrics = run.slices, run.metrics
-    figures: dict[str, Any] = {"rows": len(metrics)}
+    used = sampled_as(set(metrics["metric"].astype(str)))
+    figures: dict[str, Any] = {"rows": len(metrics),
+                               "sampled as": {m: name for m, name in used.items() if name not in (None, m)}}
     missing = [role for role, name in kernels.items() if name is None]
     if missing:
         return Part(what, Status.FAILED, f"no {' or '.join(missing)} kernel was recorded", figures)
@@ -68,7 +88,7 @@ def per_kernel_metrics(run: Run, kernels: Mapping[str, str | None]) -> Part:
         methods = set(rows["method"].astype(str))
         entry: dict[str, Any] = {"kernel": role, "launches": len(ids)}
         for metric in DEFAULT_METRICS:
-            total = totals.get(METRIC_PREFIX + metric)
+            total = totals.get(METRIC_PREFIX + (used[metric] or metric))
             entry[metric] = None if total is None or pd.isna(total) else float(total)
             if entry[metric] is None or entry[metric] < 0 or (metric in NEVER_ZERO and entry[metric] == 0):
                 lacking.append(f"{role} {metric}")
@@ -120,6 +140,48 @@ def roofline_verdicts(rows: Sequence[Mapping[str, Any]], kernels: Mapping[str, s
                 ", ".join(f"{role}: {found[role] or 'absent'}" for role in expected), {"verdicts": found})
 
 
+def gpu_name() -> str:
+    """The name the driver gives device 0 (the one the CuPy kernels ran on)."""
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def roofline_part(c: Check, path: Path, kernels: Mapping[str, str | None]) -> Part:
+    """``dlprof roofline`` on the run; a CUPTI run records no device properties, so the GPU is
+    then named with ``--device`` as a user would."""
+    probe = c.python("dlprof roofline --help", ["-m", "dlprof", "roofline", "--help"], allow_failure=True)
+    if probe.returncode != 0:
+        return Part(ROOFLINE, Status.COULD_NOT_RUN, NO_ROOFLINE)
+    command = ["-m", "dlprof", "roofline", str(path), "--by", "kernel", "--limit", "0", "--format", "json"]
+    roofline = c.python("dlprof roofline", command, allow_failure=True)
+    if roofline.returncode != 0 and "--device" in roofline.stderr:
+        roofline = c.python("dlprof roofline --device", [*command, "--device", gpu_name()], allow_failure=True)
+    if roofline.returncode != 0:
+        return Part(ROOFLINE, Status.COULD_NOT_RUN, f"dlprof roofline exited {roofline.returncode}: "
+                    f"{roofline.stderr.strip()[-300:]}")
+    return roofline_verdicts(json.loads(roofline.stdout), kernels)
+
+
+def torch_kernels_carry_metrics(run: Run) -> Part:
+    """Samples reach the kernels the torch collector recorded too (attribution does not depend
+    on which collector recorded them): nearly every kernel carries every sampled metric."""
+    what = "the torch collector's kernels carry the sampled metrics"
+    slices, metrics = run.slices, run.metrics
+    kernels = slices.loc[slices["kind"] == "kernel", "id"]
+    stored = sorted(set(metrics["metric"].astype(str)))
+    per_kernel = metrics[metrics["slice_id"].isin(kernels)].groupby("slice_id")["metric"].nunique()
+    complete = int((per_kernel == len(stored)).sum()) if stored else 0
+    figures: dict[str, Any] = {"kernels": len(kernels), "with every metric": complete, "metrics": stored}
+    if not len(kernels):
+        return Part(what, Status.FAILED, "the torch collector recorded no kernel", figures)
+    share = complete / len(kernels)
+    status = Status.PASSED if stored and share >= TORCH_COVERED else Status.FAILED
+    return Part(what, status, f"{complete} of {len(kernels)} kernels ({100 * share:.0f} %, needed "
+                f"{100 * TORCH_COVERED:.0f} %) carry all of {len(stored)} metrics", figures)
+
+
 def check(c: Check) -> None:
     c.python("the CuPy kernels alone (warm-up, fills CuPy's kernel cache)", PROGRAM)
     path = c.dlprof_run("dlprof run --collectors cupti_metrics,cupti", "run", "cupti_metrics,cupti", PROGRAM)
@@ -139,17 +201,20 @@ def check(c: Check) -> None:
     rows = json.loads(values.stdout) if values.returncode == 0 else []
     for part in derived_parts(rows, unavailable, kernels):
         c.add(part)
-    probe = c.python("dlprof roofline --help", ["-m", "dlprof", "roofline", "--help"], allow_failure=True)
-    if probe.returncode != 0:
-        c.add(Part(ROOFLINE, Status.COULD_NOT_RUN, NO_ROOFLINE))
+    c.add(roofline_part(c, path, kernels))
+    try:
+        import torch
+    except ImportError as error:
+        c.add(Part("the torch collector's kernels carry the sampled metrics", Status.COULD_NOT_RUN,
+                   f"torch does not import: {error}"))
         return
-    roofline = c.python("dlprof roofline", ["-m", "dlprof", "roofline", str(path), "--format", "json"],
-                        allow_failure=True)
-    if roofline.returncode != 0:
-        c.add(Part(ROOFLINE, Status.COULD_NOT_RUN, f"dlprof roofline exited {roofline.returncode}: "
-                   f"{roofline.stderr.strip()[-300:]}"))
+    if not torch.cuda.is_available():
+        c.add(Part("the torch collector's kernels carry the sampled metrics", Status.COULD_NOT_RUN,
+                   f"torch {torch.__version__} sees no CUDA device"))
         return
-    c.add(roofline_verdicts(json.loads(roofline.stdout), kernels))
+    torch_run = c.dlprof_run("dlprof run --collectors cupti_metrics,torch (the CNN on cuda)", TORCH_RUN,
+                             "cupti_metrics,torch", TORCH_PROGRAM)
+    c.add(torch_kernels_carry_metrics(c.load(torch_run)))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,12 @@ class Check:
     deadline: float  # time.monotonic() by which the check must have written its result
     parts: list[Part] = field(default_factory=list)
     complete: bool = False  # whether the check ran to its end
+    out: Path | None = None  # the report's directory, where files to bring back go
+
+    @property
+    def all_work(self) -> Path:
+        """The directory of every check's work (another check's runs are read from there)."""
+        return self.work.parent
 
     def add(self, part: Part) -> None:
         """Keep a part and write the result file again."""
@@ -161,9 +167,10 @@ def main(check: Callable[[Check], None], argv: Sequence[str] | None = None) -> i
     parser.add_argument("--work", type=Path, required=True, help="this check's own directory")
     parser.add_argument("--result", type=Path, required=True, help="where to write the parts (JSON)")
     parser.add_argument("--seconds", type=float, required=True, help="time allowed")
+    parser.add_argument("--out", type=Path, default=None, help="the report's directory (files brought back)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    state = Check(args.work, args.result, time.monotonic() + args.seconds)
+    state = Check(args.work, args.result, time.monotonic() + args.seconds, out=args.out)
     try:
         check(state)
         state.complete = True
