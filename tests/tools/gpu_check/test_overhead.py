@@ -68,8 +68,9 @@ def test_the_benchmarks_gpt_is_taken_once_it_exists(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_each_way_runs_the_script_through_the_step_timer(tmp_path: Path) -> None:
+def test_each_way_runs_the_script_through_the_step_timer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The three processes for real, the CNN on the CPU: steps timed, memory sampled, events counted."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # as the orchestrator runs every check
     check = Check(tmp_path, tmp_path / "result.json", time.monotonic() + 600)
     workload = Workload("cnn", CNN, ("--device", "cpu", "--batch-size", "16", "--threads", "1"))
     measured = {way: measure(check, workload, way, 0, 12) for way in ("plain", "bare", "dlprof")}
