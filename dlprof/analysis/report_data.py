@@ -159,7 +159,7 @@ def _plain_dict(values: dict[str, Any]) -> dict[str, Any]:
 
 def _steps(run: Run, t0: int) -> dict[str, Any]:
     """Every step (with its status: counted, warm-up or partial), the statistics over the counted
-    ones, their mean breakdown per part (see :mod:`dlprof.analysis.steps`) and, where the run
+    ones, their mean breakdown per part on the host and per GPU (see :mod:`dlprof.analysis.steps`) and, where the run
     recorded power, their energy (:mod:`dlprof.analysis.energy`)."""
     found = step_report(run)
     if found.steps.empty:
@@ -169,6 +169,7 @@ def _steps(run: Run, t0: int) -> dict[str, Any]:
             .itertuples(index=False, name=None)]
     return {"columns": ["rank", "name", "start_ns", "dur_ns", "status"], "rows": rows, "reason": "",
             "statistics": _records(found.statistics), "breakdown": _records(found.breakdown),
+            "device_breakdown": _records(found.device_breakdown),
             "energy": _energy(run)}
 
 

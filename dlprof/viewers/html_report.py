@@ -130,6 +130,7 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
         energy = steps["energy"]
         page["steps"] = {**steps, "statistics": table_spec(**steps["statistics"]),
                          "breakdown": table_spec(**steps["breakdown"]),
+                         "device_breakdown": table_spec(**steps["device_breakdown"]),
                          "energy": {**energy, **table_spec(energy["columns"], energy["rows"], _ENERGY_UNITS)}}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],
