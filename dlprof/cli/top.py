@@ -18,6 +18,7 @@ from dlprof.cli.common import (
     runs_dir_option,
     within_option,
 )
+from dlprof.cli.nesting_note import print_nesting_note
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.engine.rows import Rows
 from dlprof.keys import SORT_KEY_ALIASES, GroupKey, Kind, SortKey, TableFormat
@@ -90,6 +91,8 @@ def command(run: str | None, by: str | None, kinds: tuple[str, ...], group_by: s
     for kind in wanted:
         print_top(loaded, kind=kind, by=sort, group_by=GroupKey(group_by), limit=limit, rank=rank,
                   fmt=table_format, per_rank=per_rank, within=within, leaves=leaves)
+    if table_format is TableFormat.TABLE:
+        print_nesting_note(loaded)
     return 0
 
 
