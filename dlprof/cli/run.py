@@ -81,7 +81,7 @@ def rank_table_state(rank: int, rank_status: RunStatus, job_status: RunStatus) -
 def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None,
                rank_status: RunStatus | None = None) -> None:
     from dlprof.cli.top import print_top
-    from dlprof.keys import GroupKey, SortKey
+    from dlprof.keys import GroupKey
     from dlprof.store.reader import load
 
     try:

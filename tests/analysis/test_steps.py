@@ -183,7 +183,7 @@ def test_backward_on_autograds_thread_has_its_share_on_the_host_and_the_gpu(h200
     assert (report.steps[PARTS].sum(axis=1) == report.steps["dur_ns"]).all()
     gpu = report.device_steps
     assert (gpu[[*PARTS, "idle_ns"]].sum(axis=1) == gpu["dur_ns"]).all()
-    assert (gpu[PARTS + ["idle_ns"]] >= 0).all().all()
+    assert (gpu[[*PARTS, "idle_ns"]] >= 0).all().all()
     shares = report.device_breakdown.set_index("part")["step_pct"]
     assert shares.sum() == pytest.approx(100.0) and 70 < shares["idle"] < 85
 
