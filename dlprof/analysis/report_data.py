@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.aggregate import top
+from dlprof.analysis.aggregate import default_sort, top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.energy import NO_POWER, energy_summary, step_energy
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
@@ -29,7 +29,7 @@ from dlprof.analysis.roofline import roofline_chart
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.steps import step_report
 from dlprof.analysis.tuning import tuning_candidates
-from dlprof.keys import Kind, SortKey
+from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 # The top tables the report holds, in the order shown, with their titles.
@@ -195,12 +195,13 @@ def _tables(run: Run, limit: int) -> dict[str, Any]:
     counted = {str(kind): (int(total), int(groups)) for kind, total, groups in run.query(
         "SELECT kind, count(*), count(DISTINCT name) FROM slices GROUP BY kind")}
     tables: dict[str, Any] = {}
+    sort = default_sort(run)  # as dlprof top sorts: by device time on a run with GPU work
     for kind, title in TABLE_KINDS.items():
         if kind not in counted:
             continue
-        table = top(run, kind=kind, by=SortKey.MICROS, limit=limit)
+        table = top(run, kind=kind, by=sort, limit=limit)
         total, groups = counted[kind]
-        tables[str(kind)] = {"title": title, "total": total, "groups": groups, **_records(table)}
+        tables[str(kind)] = {"title": title, "total": total, "groups": groups, "by": str(sort), **_records(table)}
     return tables
 
 

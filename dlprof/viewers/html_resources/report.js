@@ -259,7 +259,7 @@
       var spec = data.tables[kind];
       box.appendChild(el("h3", null, spec.title));
       note(box, "Top " + spec.rows.length + " of " + spec.groups + " names (" + spec.total + " slices of kind " + kind +
-        ") by total time; click a header to sort.", "table-note-" + kind);
+        ") by " + spec.by + " time; click a header to sort.", "table-note-" + kind);
       table(box, spec, "table-" + kind);
     });
   }
