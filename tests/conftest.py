@@ -54,6 +54,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 KINETO_TRACES = Path(__file__).resolve().parent / "data" / "kineto-traces"
 
 
+# dlprof's own run of a GPT-2-style model on an NVIDIA H200 (tests/data/h200/README.md).
+H200_RUN = Path(__file__).resolve().parent / "data" / "h200" / "gpt2-dlprof-run"
+
+
+@pytest.fixture(scope="session")
+def h200_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The H200 run, copied: the recorded one stays as it was whatever a test runs on it."""
+    import shutil
+
+    return Path(shutil.copytree(H200_RUN, tmp_path_factory.mktemp("h200") / H200_RUN.name))
+
+
 @pytest.fixture(autouse=True)
 def no_stored_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test reads calibrations from an empty place of its own, never the user's config

@@ -97,6 +97,24 @@ class Work:
     start: int
     end: int
     launch: int | None
+    stream: int = 0
+    queue: int | None = None  # of the delay (start - launch), the wait behind earlier work on the stream
+
+
+def add_queueing(work: list[Work]) -> None:
+    """Set each launched piece's queueing: from its launch until the work started before it on
+    its stream had ended, at most the whole delay (nothing when the delay is negative)."""
+    streams: dict[tuple[str, int], list[Work]] = defaultdict(list)
+    for w in work:
+        streams[(w.device, w.stream)].append(w)
+    for pieces in streams.values():
+        pieces.sort(key=lambda w: (w.start, w.end - w.start))
+        free: int | None = None
+        for w in pieces:
+            if w.launch is not None:
+                waited = 0 if free is None else free - w.launch
+                w.queue = min(max(waited, 0), max(w.start - w.launch, 0))
+            free = w.end if free is None else max(free, w.end)
 
 
 def union_length(intervals: list[tuple[int, int]]) -> int:
@@ -126,17 +144,22 @@ def expected_row(work: list[Work], owned: list[Work], low: int, high: int) -> di
     busy = union_length(clipped(work, low, high, {"kernel", "memcpy", "memset"}))
     kernel = union_length(clipped(work, low, high, {"kernel"}))
     with_copies = union_length(clipped(work, low, high, {"kernel", "memcpy"}))
-    delays = [w.start - w.launch for w in owned if w.kind == "kernel" and w.launch is not None]
+    launched = [w for w in owned if w.kind == "kernel" and w.launch is not None]
+    delays = [w.start - w.launch for w in launched if w.launch is not None]
+    queues = [w.queue or 0 for w in launched]
+    costs = [delay - queue for delay, queue in zip(delays, queues, strict=True)]
     row: dict[str, Any] = {
         "start_ns": low, "span_ns": high - low, "busy_ns": busy, "idle_ns": high - low - busy,
         "kernel_ns": kernel, "memcpy_ns": with_copies - kernel, "memset_ns": busy - with_copies,
         "kernels": sum(w.kind == "kernel" for w in owned),
         "memcpys": sum(w.kind == "memcpy" for w in owned),
         "memsets": sum(w.kind == "memset" for w in owned), "launches": len(delays),
+        "queued": sum(queue > 0 for queue in queues),
     }
-    if delays:
-        row.update(delay_mean_ns=statistics.fmean(delays), delay_p50_ns=quantile(delays, 50),
-                   delay_p95_ns=quantile(delays, 95), delay_max_ns=float(max(delays)))
+    for prefix, values in (("delay", delays), ("queue", queues), ("launch", costs)):
+        if values:
+            row.update({f"{prefix}_mean_ns": statistics.fmean(values), f"{prefix}_p50_ns": quantile(values, 50),
+                        f"{prefix}_p95_ns": quantile(values, 95), f"{prefix}_max_ns": float(max(values))})
     return row
 
 
@@ -155,9 +178,11 @@ def reference(path: Path) -> tuple[list[dict[str, Any]], list[Work]]:
             launches.setdefault(e["args"]["correlation"], base + ns(e["ts"]))
     work = [
         Work(_DEVICE_CATEGORIES[e["cat"]], f"cuda:{e['args']['device']}", base + ns(e["ts"]),
-             base + ns(e["ts"]) + ns(e["dur"]), launches.get(e["args"].get("correlation")))
+             base + ns(e["ts"]) + ns(e["dur"]), launches.get(e["args"].get("correlation")),
+             int(e["args"].get("stream", e["tid"])))
         for e in spans if e.get("cat") in _DEVICE_CATEGORIES
     ]
+    add_queueing(work)
     steps = sorted(
         (base + ns(e["ts"]), base + ns(e["ts"]) + ns(e["dur"]), e["name"]) for e in spans
         if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")

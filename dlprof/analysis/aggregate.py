@@ -10,6 +10,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from dlprof.analysis.ancestry import nearest_ancestor
+from dlprof.analysis.device_time import grouped_device_time_sql
 from dlprof.analysis.sql import (
     DEVICE_KINDS_SQL,
     launch_calls,
@@ -38,7 +39,8 @@ TOP_COLUMNS = [
     "bytes",
     "flops",
 ]
-DEVICE_COLUMN = "device_ns"
+DEVICE_COLUMN = "device_ns"  # inclusive: the device work launched inside the row's slices
+DEVICE_SELF_COLUMN = "self_device_ns"  # outside the slices of the same kind inside them
 # Metrics from CPU counters measured over step and region slices: shown as extra top columns.
 # (Per-kernel GPU metrics stay with `dlprof metrics`, where they are derived and explained.)
 COUNTER_METRIC_PREFIXES = ("perf:", "papi:")
@@ -74,6 +76,12 @@ def launches(run: Run) -> pd.DataFrame:
         the trace links none).
     """
     return run.sql(f"SELECT id, dur_ns, launcher_id FROM ({launches_sql()}) AS launches")
+
+
+def default_sort(run: Run) -> SortKey:
+    """What a top table is sorted by when no key is asked for: device time on a run with device
+    work (where the host's time is mostly launching it), else total time."""
+    return SortKey.DEVICE if has_device_activity(run) else SortKey.TOTAL
 
 
 def kinds_present(run: Run, rank: int | None = None) -> list[str]:
@@ -133,23 +141,14 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
     )
 
 
-def _launched_device_time(run: Run, selection: str, keys: list[str]) -> dict[tuple[Any, ...], int] | None:
-    """Device time per group of the selected slices, from the work each slice launched directly;
-    None when no device work in the run is linked to a launching slice at all."""
+def _launched_device_time(run: Run, selection: str, keys: list[str], kind: str,
+                          rank: int | None) -> dict[tuple[Any, ...], tuple[int, int]] | None:
+    """Inclusive and self device time per group of the selected slices
+    (:mod:`dlprof.analysis.device_time`); None on a run without device work."""
     if not has_device_activity(run):
         return None
-    key_list = ", ".join(f"s.{k}" for k in keys)
-    # One pass over the links: work launched by slices outside the selection lands in a group of
-    # NULL keys, which also says whether anything was linked at all.
-    found = run.query(
-        f"SELECT {key_list}, CAST(sum(w.dur_ns) AS BIGINT) AS device_ns FROM slices w "
-        f"JOIN ({launch_calls()}) AS c ON w.rank = c.rank AND w.correlation_id = c.correlation_id "
-        f"LEFT JOIN ({selection}) AS s ON s.rank = c.rank AND s.id = c.parent_id "
-        f"WHERE w.kind IN {DEVICE_KINDS_SQL} GROUP BY {key_list}"
-    )
-    if not found.rows:
-        return None
-    return {tuple(row[:-1]): int(row[-1]) for row in found}
+    found = run.query(grouped_device_time_sql(run.engine.dialect, selection, keys, kind, rank))
+    return {tuple(row[:-2]): (int(row[-2] or 0), int(row[-1] or 0)) for row in found}
 
 
 def top_rows(
@@ -168,7 +167,7 @@ def top_rows(
         raise ValueError(f"--leaves: the layers with no layer inside them; not for kind {kind!r}")
     keys = _keys(group_by)
     selection = _selection(run, kind, group_by, rank, within, leaves)
-    launched = None if kind in DEVICE_KINDS else _launched_device_time(run, selection, keys)
+    launched = None if kind in DEVICE_KINDS else _launched_device_time(run, selection, keys, kind, rank)
     device = kind in DEVICE_KINDS or launched is not None
     if by is SortKey.DEVICE and not device:
         raise ValueError("--by device: this run has no device activity")
@@ -190,9 +189,9 @@ def top_rows(
     for row in table:
         row["total_ns"] = row.pop("dur_ns")
         if kind in DEVICE_KINDS:
-            row[DEVICE_COLUMN] = row["total_ns"]
+            row[DEVICE_COLUMN] = row[DEVICE_SELF_COLUMN] = row["total_ns"]
         elif launched is not None:
-            row[DEVICE_COLUMN] = launched.get(tuple(row[k] for k in keys), 0)
+            row[DEVICE_COLUMN], row[DEVICE_SELF_COLUMN] = launched.get(tuple(row[k] for k in keys), (0, 0))
     metrics = _counter_metrics(run, selection, keys, table)
     all_self = sum(row["self_ns"] for row in table)
     for row in table:
@@ -201,6 +200,8 @@ def top_rows(
     sort_column = SORT_COLUMN[by]
     table.sort(key=lambda row: tuple(row[k] for k in keys[1:]))
     table.sort(key=lambda row: row["name"])
+    if by is SortKey.DEVICE:  # rows that launched nothing, by their own time
+        table.sort(key=lambda row: row["total_ns"], reverse=True)
     table.sort(key=lambda row: row[sort_column], reverse=True)
     cumulative = 0.0
     for row in table:
@@ -210,7 +211,7 @@ def top_rows(
     if group_by is GroupKey.SHAPE:
         columns.insert(1, "input_shapes")
     if device:
-        columns.append(DEVICE_COLUMN)
+        columns += [DEVICE_COLUMN, DEVICE_SELF_COLUMN]
     columns.extend(metrics)
     table = table[:limit] if limit else table
     if per_rank:
@@ -245,8 +246,9 @@ def top(
         leaves: layers only (kind ``module``): only those with no layer inside them.
 
     Returns:
-        One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` when the run has device
-        activity, plus ``input_shapes`` when grouped by shape, plus one column per CPU counter
+        One row per group with :data:`TOP_COLUMNS`, plus ``device_ns`` and ``self_device_ns``
+        (inclusive and self device time, :mod:`dlprof.analysis.device_time`) when the run has
+        device activity, plus ``input_shapes`` when grouped by shape, plus one column per CPU counter
         metric (``perf:task-clock``...) measured over these slices, summed per group.
         Percentages are of the total self time of the kind; ``cum_pct`` accumulates them down
         the sorted table. With ``per_rank``, :data:`PER_RANK_COLUMNS` come last: the least,
@@ -260,6 +262,7 @@ def top(
     return rows.to_pandas({"calls": "int64", "total_ns": "int64", "self_ns": "int64", "avg_ns": "int64",
                            "min_ns": "int64", "max_ns": "int64", "bytes": "int64", "flops": "int64",
                            "self_pct": "float64", "cum_pct": "float64", DEVICE_COLUMN: "int64",
+                           DEVICE_SELF_COLUMN: "int64",
                            "rank_median_ns": "float64", "max_rank": "int64", "rank_min_ns": "int64",
                            "rank_max_ns": "int64"})
 

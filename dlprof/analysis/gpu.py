@@ -1,9 +1,9 @@
 """Where each GPU's time goes, step by step: busy against idle, which kind of work kept it busy,
-and how long kernels waited between their launch and their start.
+and how long kernels waited between their launch and their start, launch cost told from queueing.
 
     run = dlprof.load("dlprof-runs/20261122-101500-train")
     table = gpu_breakdown(run)
-    table[["device", "step", "busy_pct", "kernel_pct", "delay_p95_ns"]]
+    table[["device", "step", "busy_pct", "kernel_pct", "launch_p95_ns", "queue_p95_ns"]]
 
 Definitions (nanoseconds throughout):
 
@@ -22,7 +22,13 @@ Definitions (nanoseconds throughout):
 - Every GPU also gets a row :data:`ALL`: from its first device slice's start to its last one's
   end, all of its work (the only row of a run without steps).
 - Launch delay: a kernel's start minus the start of the runtime call that launched it, for
-  kernels linked to one; it includes any wait behind earlier work on the stream.
+  kernels linked to one. It is two waits, one after the other, which add up to it per kernel:
+  *queueing*, the part of it during which earlier work on the kernel's stream was still running
+  (from the call's start until that work ended, at most the whole delay), and *launch cost*, the
+  rest: from the later of the call's start and its stream's being free to the kernel's start.
+  A long launch cost is the host's (or the driver's) doing; a long queue is a GPU busy with
+  earlier work, no cost at all when it is busy. Memcpy and memset are work on their streams too
+  (what a kernel queues behind), but the statistics are of kernels.
 
 Everything proportional to the device work is a query on the engine: each slice's step (a
 window over the rank's steps and work in time order), the union of each GPU's intervals (merged
@@ -68,31 +74,60 @@ BREAKDOWN_COLUMNS = [
     "delay_p50_ns",
     "delay_p95_ns",
     "delay_max_ns",
+    "queued",
+    "launch_mean_ns",
+    "launch_p50_ns",
+    "launch_p95_ns",
+    "launch_max_ns",
+    "queue_mean_ns",
+    "queue_p50_ns",
+    "queue_p95_ns",
+    "queue_max_ns",
 ]
+# The statistics of each wait, per row of the breakdown: (column prefix, per-work column).
+_WAITS = (("delay", "start_ns - launch_ns"), ("launch", "launch_cost_ns"), ("queue", "queue_ns"))
+_STATISTICS = ("mean", "p50", "p95", "max")
+_WAIT_COLUMNS = [f"{prefix}_{statistic}_ns" for prefix, _ in _WAITS for statistic in _STATISTICS]
 
 # The columns of device_work, in order.
 WORK_COLUMNS = [
-    "id", "rank", "device", "kind", "stream", "start_ns", "end_ns", "launch_ns", "step", "step_index"
+    "id", "rank", "device", "kind", "stream", "start_ns", "end_ns", "launch_ns", "queue_ns", "launch_cost_ns",
+    "step", "step_index",
 ]
 _BEFORE = "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
 
 def work_sql(dialect: Dialect, rank: int | None = None, where: str = "") -> str:
-    """Every kernel, memcpy and memset with its launch and its step, as a query of
+    """Every kernel, memcpy and memset with its launch, its waits and its step, as a query of
     :data:`WORK_COLUMNS` (see :func:`device_work`); ``where``: only the work (``w``) that meets
     this condition as well, placed in its step without sorting the rest."""
+    # When the work before each piece on its stream had ended (none before: NULL). Over all the
+    # stream's work, before ``where`` picks some of it.
+    stream = "PARTITION BY rank, pid, device, coalesce(stream, tid) ORDER BY start_ns, dur_ns, id"
+    on_streams = (
+        f"SELECT *, max(start_ns + dur_ns) OVER ({stream} {_BEFORE}) AS stream_free_ns FROM slices "
+        f"WHERE kind IN {DEVICE_KINDS_SQL}{rank_condition(rank)}"
+    )
+    delay = "w.start_ns - c.start_ns"
+    # Waiting behind earlier work: from the call's start until the stream was free, at most the
+    # whole delay (a stream that was free before the call, or a kernel that starts before its
+    # call by the clocks' error, waits for nothing).
+    # (Both engines' least and greatest pass over NULLs: unlinked work gets none by CASE.)
+    queue = (f"CASE WHEN c.start_ns IS NOT NULL THEN least(greatest(coalesce(w.stream_free_ns, c.start_ns) "
+             f"- c.start_ns, 0), greatest({delay}, 0)) END")
     work = (
         f"SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.start_ns + w.dur_ns AS end_ns, "
-        f"c.start_ns AS launch_ns FROM slices w LEFT JOIN ({launch_calls(with_parent=False)}) AS c "
-        f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
-        f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')}{f' AND ({where})' if where else ''}"
+        f"c.start_ns AS launch_ns, {queue} AS queue_ns, {delay} - {queue} AS launch_cost_ns "
+        f"FROM ({on_streams}) AS w LEFT JOIN ({launch_calls(with_parent=False)}) AS c "
+        f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id{f' WHERE ({where})' if where else ''}"
     )
     # A piece of work's step is the one it was launched in (or began in, when not linked).
     placed = step_at_sql(dialect, "SELECT rank, id, coalesce(launch_ns, start_ns) AS t FROM work", rank)
     return (
         f"WITH work AS ({work}) "
-        "SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.end_ns, w.launch_ns, p.step, p.step_index "
+        "SELECT w.id, w.rank, w.device, w.kind, w.stream, w.start_ns, w.end_ns, w.launch_ns, w.queue_ns, "
+        "w.launch_cost_ns, p.step, p.step_index "
         f"FROM work w JOIN ({placed}) AS p ON p.rank = w.rank AND p.id = w.id"
     )
 
@@ -212,13 +247,21 @@ def covered_sql(dialect: Dialect, work: str, windows: str) -> str:
 
 
 def _delay_columns(dialect: Dialect) -> str:
-    delay = f"CASE WHEN kind = '{Kind.KERNEL}' AND launch_ns IS NOT NULL THEN start_ns - launch_ns END"
+    def kernel(value: str) -> str:
+        return f"CASE WHEN kind = '{Kind.KERNEL}' AND launch_ns IS NOT NULL THEN {value} END"
+
+    statistics = []
+    for prefix, value in _WAITS:
+        wait = kernel(value)
+        statistics.append(
+            f"avg({wait}) AS {prefix}_mean_ns, {dialect.quantile(wait, 0.5)} AS {prefix}_p50_ns, "
+            f"{dialect.quantile(wait, 0.95)} AS {prefix}_p95_ns, CAST(max({wait}) AS DOUBLE) AS {prefix}_max_ns")
     return (
         f"count(*) FILTER (WHERE kind = '{Kind.KERNEL}') AS kernels, "
         f"count(*) FILTER (WHERE kind = '{Kind.MEMCPY}') AS memcpys, "
-        f"count(*) FILTER (WHERE kind = '{Kind.MEMSET}') AS memsets, count({delay}) AS launches, "
-        f"avg({delay}) AS delay_mean_ns, {dialect.quantile(delay, 0.5)} AS delay_p50_ns, "
-        f"{dialect.quantile(delay, 0.95)} AS delay_p95_ns, CAST(max({delay}) AS DOUBLE) AS delay_max_ns"
+        f"count(*) FILTER (WHERE kind = '{Kind.MEMSET}') AS memsets, "
+        f"count({kernel('launch_ns')}) AS launches, count({kernel('CASE WHEN queue_ns > 0 THEN 1 END')}) AS queued, "
+        + ", ".join(statistics)
     )
 
 
@@ -239,7 +282,8 @@ def _windows(steps: pd.DataFrame, work_end: dict[int, int]) -> tuple[np.ndarray,
 
 
 def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
-    """Busy and idle time, their split by kind of work, and launch delays, per GPU and per step.
+    """Busy and idle time, their split by kind of work, and kernels' waits (the launch delay, its
+    launch cost and its queueing), per GPU and per step.
 
     Args:
         run: the run.
@@ -247,12 +291,15 @@ def gpu_breakdown(run: Run, rank: int | None = None) -> pd.DataFrame:
 
     Returns:
         :data:`BREAKDOWN_COLUMNS`, one row per (rank, GPU, step) in time order and a row
-        :data:`ALL` per GPU after its steps; empty when there is no device activity. Delay
-        statistics are missing (NaN) where no kernel with a linked launch belongs to the row.
+        :data:`ALL` per GPU after its steps; empty when there is no device activity. ``queued``
+        counts the kernels that waited behind earlier work on their stream. The statistics of
+        the waits are over every kernel with a linked launch (those that did not queue count
+        zero queueing), so ``launch_mean_ns + queue_mean_ns == delay_mean_ns``; they are
+        missing (NaN) where no such kernel belongs to the row.
     """
     d = run.engine.dialect
     # The work is read three times below: computed once.
-    narrow = (f"SELECT rank, device, kind, start_ns, end_ns, launch_ns, step_index "
+    narrow = (f"SELECT rank, device, kind, start_ns, end_ns, launch_ns, queue_ns, launch_cost_ns, step_index "
               f"FROM ({work_sql(d, rank)}) AS work")
     with run.kept("dlprof_gpu_work", narrow) as work:
         return _breakdown(run, work, rank)
@@ -304,8 +351,8 @@ def _breakdown(run: Run, work: str, rank: int | None) -> pd.DataFrame:
             "kernel_pct": 100.0 * kernel / busy if busy else 0.0,
             "memcpy_pct": 100.0 * copies / busy if busy else 0.0,
             "memset_pct": 100.0 * (busy - kernel - copies) / busy if busy else 0.0,
-            **{c: int(counts.get(c, 0)) for c in ("kernels", "memcpys", "memsets", "launches")},
-            **{c: _number(counts.get(c)) for c in ("delay_mean_ns", "delay_p50_ns", "delay_p95_ns", "delay_max_ns")},
+            **{c: int(counts.get(c, 0)) for c in ("kernels", "memcpys", "memsets", "launches", "queued")},
+            **{c: _number(counts.get(c)) for c in _WAIT_COLUMNS},
         })
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 

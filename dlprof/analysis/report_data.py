@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof.analysis.aggregate import top
+from dlprof.analysis.aggregate import default_sort, top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.energy import NO_POWER, energy_summary, step_energy
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
@@ -29,7 +29,7 @@ from dlprof.analysis.roofline import roofline_chart
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.steps import step_report
 from dlprof.analysis.tuning import tuning_candidates
-from dlprof.keys import Kind, SortKey
+from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 # The top tables the report holds, in the order shown, with their titles.
@@ -159,7 +159,7 @@ def _plain_dict(values: dict[str, Any]) -> dict[str, Any]:
 
 def _steps(run: Run, t0: int) -> dict[str, Any]:
     """Every step (with its status: counted, warm-up or partial), the statistics over the counted
-    ones, their mean breakdown per part (see :mod:`dlprof.analysis.steps`) and, where the run
+    ones, their mean breakdown per part on the host and per GPU (see :mod:`dlprof.analysis.steps`) and, where the run
     recorded power, their energy (:mod:`dlprof.analysis.energy`)."""
     found = step_report(run)
     if found.steps.empty:
@@ -169,6 +169,7 @@ def _steps(run: Run, t0: int) -> dict[str, Any]:
             .itertuples(index=False, name=None)]
     return {"columns": ["rank", "name", "start_ns", "dur_ns", "status"], "rows": rows, "reason": "",
             "statistics": _records(found.statistics), "breakdown": _records(found.breakdown),
+            "device_breakdown": _records(found.device_breakdown),
             "energy": _energy(run)}
 
 
@@ -194,12 +195,13 @@ def _tables(run: Run, limit: int) -> dict[str, Any]:
     counted = {str(kind): (int(total), int(groups)) for kind, total, groups in run.query(
         "SELECT kind, count(*), count(DISTINCT name) FROM slices GROUP BY kind")}
     tables: dict[str, Any] = {}
+    sort = default_sort(run)  # as dlprof top sorts: by device time on a run with GPU work
     for kind, title in TABLE_KINDS.items():
         if kind not in counted:
             continue
-        table = top(run, kind=kind, by=SortKey.MICROS, limit=limit)
+        table = top(run, kind=kind, by=sort, limit=limit)
         total, groups = counted[kind]
-        tables[str(kind)] = {"title": title, "total": total, "groups": groups, **_records(table)}
+        tables[str(kind)] = {"title": title, "total": total, "groups": groups, "by": str(sort), **_records(table)}
     return tables
 
 

@@ -4,6 +4,8 @@
     report.statistics   # per rank: steps counted, mean, median, p90, p99, std, min, max
     report.breakdown    # per rank and part: mean time per step and share of step time
     report.steps        # per step: status, duration, data wait, forward, backward, ...
+    report.device_steps       # per step and GPU: busy time per part, idle time
+    report.device_breakdown   # per rank, GPU and part (and idle): mean time and share
 
 Which steps count (a step is a ``ProfilerStep#N`` slice on a CPU thread):
 
@@ -18,29 +20,36 @@ Which steps count (a step is a ``ProfilerStep#N`` slice on a CPU thread):
 - **counted**: every other step. Statistics are over counted steps only; the others are listed
   with their status.
 
-Where a step's time went (the breakdown, as TensorBoard's PyTorch overview gave it): the slices
-of the step's own thread that fall in it are classified as data wait (``data_wait`` and
-``dataloader`` slices), communication (``comm``), forward and backward (the layers collector's
-``... forward`` and ``... backward`` module slices; autograd's ``evaluate_function`` ops),
-optimizer (torch's ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges). Of nested
-slices of one class only the outermost counts. Data wait and communication are carved out of
-the forward, backward or optimizer slice they run inside (a DDP all-reduce launched from a
-backward hook is communication, not backward). Other is the rest of the step, so the parts sum to
-the step's duration exactly. Work a framework runs on threads of its own (TensorFlow's executor)
-is not on the step's thread: it shows in ``dlprof top``, and here as other.
+Where a step's time went (the breakdown, as TensorBoard's PyTorch overview gave it, see
+:mod:`dlprof.analysis.step_parts`): every instant of the step's span goes to one part, data wait,
+forward, backward, optimizer, communication, profiler (dlprof's own pauses) or other, by what
+every CPU thread of the step's process was doing then (the main thread, autograd's, the
+DataLoader's pin-memory thread), so the parts sum to the step's duration exactly. On a run with
+GPU work a second breakdown does the same per GPU in its own time: each part's busy time (the
+work launched from inside that part) and idle time, adding up to the step's span.
+
+The statistics are of the user's step time: each step's duration less its profiler part, the
+time dlprof itself held the program's threads (a save, a profiler cycle's restart). Runs recorded
+before dlprof timed its pauses have none. Work a framework runs on threads of its own that the
+profiler did not record (TensorFlow's executor, untraced threads) shows as other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import pandas as pd
 
+from dlprof.analysis.aggregate import has_device_activity
 from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.step_parts import IDLE, StepPart, device_parts_sql, host_parts_sql
 from dlprof.engine.dialect import Dialect
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
+
+__all__ = ["IDLE", "StepPart", "StepReport", "StepStatus", "excluded_steps", "flagged_steps_sql", "partial_steps",
+           "step_report", "uncounted_steps"]
 
 STEP_PREFIX = "ProfilerStep#"
 FIRST_STEP = f"{STEP_PREFIX}0"
@@ -54,25 +63,14 @@ class StepStatus(StrEnum):
     PARTIAL = "partial"  # open when profiling stopped: ended by the stop, not by a step call
 
 
-class StepPart(StrEnum):
-    """What a step's time went to, in the breakdown's order."""
-
-    DATA_WAIT = "data_wait"
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    OPTIMIZER = "optimizer"
-    COMMUNICATION = "communication"
-    OTHER = "other"
-
-
-# Parts carved out of the forward, backward or optimizer slice they run inside.
-_CARVED = (StepPart.DATA_WAIT, StepPart.COMMUNICATION)
-_PHASES = (StepPart.FORWARD, StepPart.BACKWARD, StepPart.OPTIMIZER)
-
 STEP_COLUMNS = ["rank", "step", "status", "start_ns", "dur_ns", *(f"{p}_ns" for p in StepPart)]
 STATISTICS_COLUMNS = ["rank", "steps", "warmup", "partial", "mean_ns", "median_ns", "p90_ns", "p99_ns",
                       "std_ns", "min_ns", "max_ns"]
 BREAKDOWN_COLUMNS = ["rank", "part", "mean_ns", "step_pct"]
+# A GPU's time in a step: the work launched in each part (other: outside every part), then idle.
+DEVICE_STEP_COLUMNS = ["rank", "device", "step", "status", "start_ns", "dur_ns", *(f"{p}_ns" for p in StepPart),
+                       f"{IDLE}_ns"]
+DEVICE_BREAKDOWN_COLUMNS = ["rank", "device", "part", "mean_ns", "step_pct"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,12 @@ class StepReport:
     """The steps of a run (or of one rank) and what is said about them."""
 
     steps: pd.DataFrame  # STEP_COLUMNS, one row per step, in order of start per rank
-    statistics: pd.DataFrame  # STATISTICS_COLUMNS, one row per rank with steps
+    statistics: pd.DataFrame  # STATISTICS_COLUMNS, one row per rank with steps (user time: no profiler part)
     breakdown: pd.DataFrame  # BREAKDOWN_COLUMNS, one row per rank and part, over counted steps
+    # DEVICE_STEP_COLUMNS, one row per step and GPU of its rank (none on a run without GPU work)
+    device_steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEVICE_STEP_COLUMNS))
+    # DEVICE_BREAKDOWN_COLUMNS, one row per rank, GPU and part (idle last), over counted steps
+    device_breakdown: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEVICE_BREAKDOWN_COLUMNS))
 
 
 def partial_steps(run: Run) -> dict[int, str]:
@@ -95,21 +97,6 @@ def partial_steps(run: Run) -> dict[int, str]:
     """
     manifests = run.rank_manifests or {rank: run.manifest for rank in run.manifest.ranks}
     return {rank: m.partial_step for rank, m in manifests.items() if m.partial_step}
-
-
-def _part_of(d: Dialect) -> str:
-    """The breakdown part of a slice, NULL for a slice of none."""
-    return (
-        "CASE "
-        f"WHEN kind IN {d.literals((Kind.DATA_WAIT, Kind.DATALOADER))} THEN '{StepPart.DATA_WAIT}' "
-        f"WHEN kind = '{Kind.COMM}' THEN '{StepPart.COMMUNICATION}' "
-        f"WHEN kind = '{Kind.MODULE}' AND name LIKE '% forward' THEN '{StepPart.FORWARD}' "
-        f"WHEN kind = '{Kind.MODULE}' AND name LIKE '% backward' THEN '{StepPart.BACKWARD}' "
-        f"WHEN kind = '{Kind.OP}' AND name LIKE 'autograd::engine::evaluate_function:%' THEN '{StepPart.BACKWARD}' "
-        f"WHEN kind = '{Kind.USER_ANNOTATION}' AND (name LIKE 'Optimizer.step#%' "
-        f"OR name LIKE 'Optimizer.zero_grad#%') THEN '{StepPart.OPTIMIZER}' "
-        "END"
-    )
 
 
 def flagged_steps_sql(run: Run, rank: int | None = None, within: str | None = None) -> str:
@@ -142,58 +129,29 @@ def flagged_steps_sql(run: Run, rank: int | None = None, within: str | None = No
     )
 
 
-def _parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
-    """Per step with classified slices: ``rank``, ``step_index`` and each part's time (but other)."""
-    carved = d.literals(tuple(str(p) for p in _CARVED))
-    classified = (
-        f"SELECT * FROM (SELECT rank, pid, tid, id, depth, start_ns, start_ns + dur_ns AS end_ns, dur_ns, "
-        f"{_part_of(d)} AS part FROM slices WHERE device = 'cpu'{rank_condition(rank)}) AS s WHERE part IS NOT NULL"
-    )
-    # In track order a slice's ancestors are the earlier slices of its thread still open at its
-    # start (see ancestry.py): an outermost slice is one no earlier slice of its group covers.
-    grouped = f"CASE WHEN part IN {carved} THEN 1 ELSE 0 END"
-    covered = (
-        f"SELECT *, {grouped} AS carved, max(end_ns) OVER (PARTITION BY rank, pid, tid, {grouped} "
-        "ORDER BY start_ns, dur_ns DESC, depth, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) "
-        f"AS covered_until FROM ({classified}) AS c"
-    )
-    outermost = f"SELECT * FROM ({covered}) AS v WHERE covered_until IS NULL OR covered_until <= start_ns"
-    # Outermost phase slices of a thread do not overlap: a carved slice is inside the last phase
-    # slice started before it, if that one has not ended.
-    frame = ("OVER (PARTITION BY rank, pid, tid ORDER BY start_ns, carved, dur_ns DESC, id "
-             "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
-    marked = (
-        f"SELECT *, {d.last_non_null('CASE WHEN carved = 0 THEN part END')} {frame} AS phase, "
-        f"{d.last_non_null('CASE WHEN carved = 0 THEN end_ns END')} {frame} AS phase_end FROM ({outermost}) AS o"
-    )
-    placed = (
-        "SELECT s.rank, s.step_index, m.part, "
-        "CASE WHEN m.carved = 1 AND m.phase_end > m.start_ns THEN m.phase END AS within, "
-        "LEAST(m.end_ns, s.end_ns) - m.start_ns AS dur_ns "
-        f"FROM ({marked}) AS m JOIN ({steps}) AS s ON m.rank = s.rank AND m.pid = s.pid AND m.tid = s.tid "
-        "AND m.start_ns >= s.start_ns AND m.start_ns < s.end_ns"
-    )
-    sums = [f"sum(CASE WHEN part = '{p}' THEN dur_ns ELSE 0 END) AS {p}_ns" for p in _CARVED]
-    sums += [f"sum(CASE WHEN part = '{p}' THEN dur_ns WHEN within = '{p}' THEN -dur_ns ELSE 0 END) AS {p}_ns"
-             for p in _PHASES]
-    return f"SELECT rank, step_index, {', '.join(sums)} FROM ({placed}) AS p GROUP BY rank, step_index"
-
-
-def _steps_with_parts_sql(run: Run, rank: int | None, within: str | None) -> str:
+def _steps_with_parts_sql(run: Run, steps: str, rank: int | None) -> str:
     parts = [p for p in StepPart if p is not StepPart.OTHER]
-    steps = flagged_steps_sql(run, rank, within)
     known = " + ".join(f"coalesce(p.{p}_ns, 0)" for p in parts)
     return (
         "SELECT s.rank, s.step, s.status, s.step_index, s.start_ns, s.dur_ns, "
         + ", ".join(f"coalesce(p.{p}_ns, 0) AS {p}_ns" for p in parts)
         + f", s.dur_ns - ({known}) AS {StepPart.OTHER}_ns "
-        f"FROM ({steps}) AS s LEFT JOIN ({_parts_sql(run.engine.dialect, steps, rank)}) AS p "
+        f"FROM {steps} AS s LEFT JOIN ({host_parts_sql(run.engine.dialect, steps, rank)}) AS p "
         "ON p.rank = s.rank AND p.step_index = s.step_index"
     )
 
 
+def _device_steps_sql(run: Run, steps: str, rank: int | None) -> str:
+    parts = ", ".join(f"p.{p}_ns" for p in StepPart)
+    return (
+        f"SELECT p.rank, p.device, s.step, s.status, s.step_index, s.start_ns, s.dur_ns, {parts}, "
+        f"s.dur_ns - p.busy_ns AS {IDLE}_ns FROM ({device_parts_sql(run.engine.dialect, steps, rank)}) AS p "
+        "JOIN " + steps + " AS s ON s.rank = p.rank AND s.step_index = p.step_index"
+    )
+
+
 def _statistics_sql(d: Dialect, table: str) -> str:
-    counted = f"CASE WHEN status = '{StepStatus.COUNTED}' THEN dur_ns END"
+    counted = f"CASE WHEN status = '{StepStatus.COUNTED}' THEN dur_ns - {StepPart.PROFILER}_ns END"
     return (
         f"SELECT rank, count({counted}) AS steps, "
         f"count(CASE WHEN status = '{StepStatus.WARMUP}' THEN 1 END) AS warmup, "
@@ -205,14 +163,15 @@ def _statistics_sql(d: Dialect, table: str) -> str:
     )
 
 
-def _breakdown_sql(table: str) -> str:
+def _breakdown_sql(table: str, parts: list[str], keys: str = "rank") -> str:
     rows = [
-        f"SELECT rank, '{p}' AS part, {i} AS part_order, avg({p}_ns) AS mean_ns, "
+        f"SELECT {keys}, '{p}' AS part, {i} AS part_order, avg({p}_ns) AS mean_ns, "
         f"100.0 * sum({p}_ns) / sum(dur_ns) AS step_pct FROM {table} "
-        f"WHERE status = '{StepStatus.COUNTED}' GROUP BY rank"
-        for i, p in enumerate(StepPart)
+        f"WHERE status = '{StepStatus.COUNTED}' GROUP BY {keys}"
+        for i, p in enumerate(parts)
     ]
-    return f"SELECT rank, part, mean_ns, step_pct FROM ({' UNION ALL '.join(rows)}) AS b ORDER BY rank, part_order"
+    return (f"SELECT {keys}, part, mean_ns, step_pct FROM ({' UNION ALL '.join(rows)}) AS b "
+            f"ORDER BY {keys}, part_order")
 
 
 def step_report(run: Run, rank: int | None = None, within: str | None = None) -> StepReport:
@@ -224,19 +183,36 @@ def step_report(run: Run, rank: int | None = None, within: str | None = None) ->
         within: only the steps inside a slice of this name (see :func:`flagged_steps_sql`).
 
     Returns:
-        The three tables; all empty when the run has no steps.
+        The tables; all empty when the run has no steps, the GPU's when it has no GPU work.
     """
-    with run.kept("dlprof_steps", _steps_with_parts_sql(run, rank, within)) as table:
-        steps = run.sql(f"SELECT {', '.join(STEP_COLUMNS)} FROM {table} ORDER BY rank, step_index")
+    flagged = f"SELECT * FROM ({flagged_steps_sql(run, rank, within)}) AS f"
+    with run.kept("dlprof_flagged_steps", flagged) as steps, \
+            run.kept("dlprof_steps", _steps_with_parts_sql(run, steps, rank)) as table:
+        frame = run.sql(f"SELECT {', '.join(STEP_COLUMNS)} FROM {table} ORDER BY rank, step_index")
         statistics = run.sql(_statistics_sql(run.engine.dialect, table))
-        breakdown = run.sql(_breakdown_sql(table))
+        breakdown = run.sql(_breakdown_sql(table, [str(p) for p in StepPart]))
+        device_steps, device_breakdown = _device_tables(run, steps, rank)
     integers = {c: "int64" for c in STEP_COLUMNS if c.endswith("_ns") or c == "rank"}
-    steps = steps.astype(integers)
+    frame = frame.astype(integers)
     statistics = statistics.astype({"rank": "int64", "steps": "int64", "warmup": "int64", "partial": "int64"})
     for column in STATISTICS_COLUMNS[4:]:
         statistics[column] = statistics[column].astype("float64")
     breakdown = breakdown.astype({"rank": "int64", "mean_ns": "float64", "step_pct": "float64"})
-    return StepReport(steps=steps, statistics=statistics, breakdown=breakdown)
+    return StepReport(steps=frame, statistics=statistics, breakdown=breakdown, device_steps=device_steps,
+                      device_breakdown=device_breakdown)
+
+
+def _device_tables(run: Run, steps: str, rank: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The GPU breakdown per step and over the counted steps; empty without GPU work."""
+    if not has_device_activity(run):
+        return pd.DataFrame(columns=DEVICE_STEP_COLUMNS), pd.DataFrame(columns=DEVICE_BREAKDOWN_COLUMNS)
+    with run.kept("dlprof_device_steps", _device_steps_sql(run, steps, rank)) as table:
+        per_step = run.sql(f"SELECT {', '.join(DEVICE_STEP_COLUMNS)} FROM {table} ORDER BY rank, device, step_index")
+        parts = [*(str(p) for p in StepPart), IDLE]
+        breakdown = run.sql(_breakdown_sql(table, parts, "rank, device"))
+    per_step = per_step.astype({c: "int64" for c in DEVICE_STEP_COLUMNS if c.endswith("_ns") or c == "rank"})
+    breakdown = breakdown.astype({"rank": "int64", "mean_ns": "float64", "step_pct": "float64"})
+    return per_step, breakdown
 
 
 def excluded_steps(report: StepReport) -> pd.DataFrame:

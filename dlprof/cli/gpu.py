@@ -1,4 +1,5 @@
-"""``dlprof gpu``: how busy each GPU was, per training step, and how long kernels waited to start."""
+"""``dlprof gpu``: how busy each GPU was, per training step, and how long kernels waited to start:
+the launch's own cost apart from queueing behind earlier work."""
 
 from __future__ import annotations
 
@@ -20,14 +21,21 @@ from dlprof.store.reader import Run
 from dlprof.viewers.terminal import readable_columns, write_table
 
 HELP = """Show each GPU's busy and idle time per training step, what kept it busy, and
-kernel launch delays.
+how long kernels waited to start: launch cost apart from queueing.
 
 RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 Busy time is the union of the GPU's kernels, memcpy and memset (work overlapping on several
 streams counts once); idle time is the rest of the step's window on that GPU. Work belongs to
-the step in which the CPU launched it. Launch delay is a kernel's start minus the start of the
-runtime call that launched it. The row "all" covers each GPU from its first work to its last.
+the step in which the CPU launched it. The row "all" covers each GPU from its first work to its
+last.
+
+A kernel's wait from the start of the runtime call that launched it to its own start is two
+waits, which add up to it: queueing, while earlier work on its stream was still running (a GPU
+busy with earlier work: the host is ahead, nothing to fix there), and launch cost, the rest, from
+the later of the call and its stream's being free to the kernel's start (the host's and the
+driver's cost: what CUDA graphs and fewer, larger kernels cut). Statistics are over every
+launched kernel; Queued counts those that waited behind earlier work.
 
 \b
 Examples:
@@ -46,12 +54,10 @@ _SHARE_COLUMNS = [
     ("memset_pct", "Memset %"),
 ]
 _COUNT_COLUMNS = [("kernels", "Kernels"), ("memcpys", "Memcpy"), ("memsets", "Memset")]
-_DELAY_COLUMNS = [
-    ("delay_mean_ns", "Mean"),
-    ("delay_p50_ns", "p50"),
-    ("delay_p95_ns", "p95"),
-    ("delay_max_ns", "Max"),
-]
+
+def _wait_columns(prefix: str) -> list[tuple[str, str]]:
+    return [(f"{prefix}_{statistic}_ns", header) for statistic, header in
+            (("mean", "Mean"), ("p50", "p50"), ("p95", "p95"), ("max", "Max"))]
 
 
 @click.command("gpu", help=HELP)
@@ -87,5 +93,8 @@ def print_gpu(loaded: Run, rank: int | None = None, fmt: TableFormat = TableForm
         f"{name}: GPU time per step (window = the step's span on the GPU; {ALL}: whole run)",
         fmt,
     )
-    delays = readable_columns(table, keys, [[("launches", "Kernels launched")], _DELAY_COLUMNS])
-    write_table(delays, f"{name}: kernel launch delay (kernel start - runtime call start)", fmt)
+    launch = readable_columns(table, keys, [[("launches", "Kernels launched")], _wait_columns("launch")])
+    write_table(launch, f"{name}: kernel launch cost (from the runtime call's start, or from the stream's "
+                "being free if later, to the kernel's start)", fmt)
+    queue = readable_columns(table, keys, [[("queued", "Queued")], _wait_columns("queue")])
+    write_table(queue, f"{name}: kernel queueing (waiting behind earlier work on its stream)", fmt)

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
     "finish": ("finish", "Make final the saves a killed run left waiting (all its processes killed)."),
-    "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, launch delays."),
+    "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, kernels' waits."),
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
     "info": ("info", "Show what a run is: status, command, times, host, devices, collectors."),
     "ls": ("ls", "List the runs under ./dlprof-runs, newest first."),

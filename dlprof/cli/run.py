@@ -81,14 +81,14 @@ def rank_table_state(rank: int, rank_status: RunStatus, job_status: RunStatus) -
 def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int | None = None,
                rank_status: RunStatus | None = None) -> None:
     from dlprof.cli.top import print_top
-    from dlprof.keys import GroupKey, SortKey
+    from dlprof.keys import GroupKey
     from dlprof.store.reader import load
 
     try:
         loaded = load(run_dir)
         state = None if rank is None or rank_status is None else rank_table_state(rank, rank_status, loaded.status)
         print_top(loaded, kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
-                  by=SortKey.MICROS, group_by=GroupKey.NAME, limit=rows, rank=rank, state=state)
+                  by=None, group_by=GroupKey.NAME, limit=rows, rank=rank, state=state)
     except UsageError as error:
         print(f"dlprof: {error}", file=sys.stderr)
 

@@ -30,21 +30,28 @@ from dlprof.cli.energy_columns import (
 from dlprof.cli.table_options import DEFAULT_LIMIT, format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
-from dlprof.viewers.terminal import readable_columns, write_table
+from dlprof.viewers.terminal import readable_columns, time_text, write_table
 
 HELP = """Step-time statistics of a run: count, mean, median, p90, p99, standard deviation,
 least and most, per rank; where a step's time goes (data wait, forward, backward, optimizer,
-communication, other); and the slowest steps.
+communication, profiler, other), on the host and on each GPU; and the slowest steps.
 
 RUN is a run directory, or the name of one under --dir; by default the newest there.
 
 Two kinds of step are left out of the statistics, and listed with the reason: the program's
 first step (warm-up: ProfilerStep#0 pays for initialisation) and the step open when profiling
 stopped (partial: ended by the stop rather than by a step call, it holds whatever ran after the
-loop, such as an evaluation). The breakdown classifies the slices of the step's thread: data wait
-(the loop waiting for a batch), forward and backward (the layers collector's module slices,
-autograd's ops), optimizer (Optimizer.step and zero_grad), communication (collectives); other is
-the rest, so the parts add up to the step.
+loop, such as an evaluation). The statistics are of the user's step time: a step's duration less
+the time dlprof itself held the program (its profiler part: saves, profiler restarts).
+
+The breakdown gives each instant of a step to what the threads of its process were doing then
+(the main thread, autograd's backward thread, the DataLoader's pin-memory thread): data wait (the
+loop waiting for a batch), forward and backward (the layers collector's module slices, autograd's
+ops, ranges named forward and backward), optimizer (Optimizer.step and zero_grad), communication
+(collectives), profiler (dlprof's own pauses); other is the rest, so the parts add up to the step.
+Where threads overlap, the first in this order wins: profiler, data wait, communication, backward,
+forward, optimizer. On a run with GPU work, a second breakdown per GPU: the time its work ran,
+each piece under the part it was launched from, and its idle time, adding up to the step.
 
 Energy, where the run recorded power (the nvml collector's GPU power, the rapl collector's CPU
 package energy): joules per step and device, integrated over each step's window, and per part (the
@@ -52,7 +59,7 @@ step's mean power times the part's time). --price-per-hour adds each step's cost
 
 \b
 Examples:
-  dlprof steps                       # the newest run: statistics, breakdown, slowest steps
+  dlprof steps                       # the newest run: statistics, breakdowns, slowest steps
   dlprof steps RUN --rank 1          # one rank of a job
   dlprof steps RUN --within train    # only the steps inside the region named train
   dlprof steps RUN -n 0              # every step, not only the 15 slowest
@@ -109,14 +116,20 @@ def print_steps(loaded: Run, rank: int | None = None, limit: int = DEFAULT_LIMIT
         print(json.dumps({
             "statistics": _records(report.statistics),
             "breakdown": _records(with_part_energy(report.breakdown, report, energy)),
+            "device_breakdown": _records(report.device_breakdown),
             "steps": _records(listed), "energy": _records(energy.summary) if energy.recorded else None,
             "run_cost": energy.run_cost,
         }, indent=1))
         return
     name = f"{loaded.path.name} ({loaded.status})"
-    write_table(_statistics_view(report), f"{name}: step times over the counted steps", fmt)
+    paused = report.steps.loc[report.steps["status"] == StepStatus.COUNTED, f"{StepPart.PROFILER}_ns"].sum()
+    note = f" (less dlprof's own pauses, {time_text(float(paused))} in all)" if paused else ""
+    write_table(_statistics_view(report), f"{name}: step times over the counted steps{note}", fmt)
     if (report.statistics["steps"] > 0).any():
         write_table(_breakdown_view(report, energy), f"{name}: time per counted step by part", fmt)
+        if not report.device_breakdown.empty:
+            write_table(_device_breakdown_view(report), f"{name}: GPU time per counted step by part (the work "
+                        "launched in each part, and idle)", fmt)
     if energy.recorded:
         write_table(energy_table(energy), f"{name}: energy per counted step, per device", fmt)
     left_out = excluded_steps(report)
@@ -161,6 +174,15 @@ def _breakdown_view(report: StepReport, energy: StepEnergy) -> pd.DataFrame:
         shown["Energy (J)"] = ["-" if pd.isna(v) else f"{v:.3f}" for v in table["mean_joules"]]
     parts = [part.replace("_", " ") for part in table["part"]]
     return shown.assign(Part=parts)[["Rank", "Part", *[c for c in shown.columns if c != "Rank"]]]
+
+
+def _device_breakdown_view(report: StepReport) -> pd.DataFrame:
+    table = report.device_breakdown
+    keys = ["rank", "device"] if table["rank"].nunique() > 1 else ["device"]
+    shown = readable_columns(table, keys, [[("mean_ns", "Mean")], [("step_pct", "% of step")]])
+    parts = [part.replace("_", " ") for part in table["part"]]
+    headers = [c for c in shown.columns if c not in ("Rank", "Device")]
+    return shown.assign(Part=parts)[[*(c for c in ("Rank", "Device") if c in shown.columns), "Part", *headers]]
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, object]]:

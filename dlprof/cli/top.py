@@ -6,7 +6,7 @@ from enum import StrEnum
 
 import click
 
-from dlprof.analysis.aggregate import SORT_COLUMN, kinds_present, top_rows
+from dlprof.analysis.aggregate import SORT_COLUMN, default_sort, kinds_present, top_rows
 from dlprof.cli.common import (
     AliasedChoice,
     UsageError,
@@ -18,6 +18,7 @@ from dlprof.cli.common import (
     runs_dir_option,
     within_option,
 )
+from dlprof.cli.nesting_note import print_nesting_note
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.engine.rows import Rows
 from dlprof.keys import SORT_KEY_ALIASES, GroupKey, Kind, SortKey, TableFormat
@@ -29,8 +30,14 @@ HELP = """Show the most expensive ops, layers, regions, steps or kernels of a ru
 RUN is a run directory, or the name of one under --dir; by default the newest there.
 Several --kind give a table each (a CSV or JSON table with a kind column).
 
+On a run with GPU work, rows are sorted by device time unless --by says otherwise: Device is the
+time of the kernels, copies and memsets launched inside the row's slices (an op's children's
+work, a layer's backward on autograd's thread, a step's or region's on every thread of its
+process), Self device the part of it outside the slices of the same kind inside them.
+
 \b
 Examples:
+  dlprof top                             # ops by device time (GPU runs) or total time
   dlprof top --by total                  # ops by total time, newest run
   dlprof top --kind module --by self     # layers by their time outside the layers inside them
   dlprof top --kind module --leaves      # the layers that hold no other layer
@@ -53,9 +60,9 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @click.command("top", help=HELP)
 @run_argument
 @click.option("--by", "by", type=AliasedChoice([str(k) for k in SortKey], SORT_KEY_ALIASES),
-              default=str(SortKey.TOTAL), show_default=True,
+              default=None,
               help="Sort key: total time, self time, calls, bytes allocated, FLOPs, device time "
-                   "(micros: tfprof's name for total).")
+                   "(micros: tfprof's name for total). Default: device on a run with GPU work, else total.")
 @kind_option("Kind of slice: op, module, region, step, kernel, ... (any kind in the run); repeat it "
              "for a table per kind.", default=(str(Kind.OP),))
 @click.option("--group-by", "group_by", type=_choice(GroupKey), default=GroupKey.NAME.value,
@@ -71,18 +78,21 @@ def _choice(keys: type[StrEnum]) -> click.Choice[str]:
 @wide_option
 @runs_dir_option
 @engine_option
-def command(run: str | None, by: str, kinds: tuple[str, ...], group_by: str, limit: int, rank: int | None,
+def command(run: str | None, by: str | None, kinds: tuple[str, ...], group_by: str, limit: int, rank: int | None,
             per_rank: bool, within: str | None, leaves: bool, fmt: str) -> int:
     loaded = open_run(run)
+    sort = SortKey(by) if by is not None else default_sort(loaded)
     wanted = tuple(dict.fromkeys(kinds))
     table_format = TableFormat(fmt)
     if len(wanted) > 1 and table_format is not TableFormat.TABLE:
-        _write_kinds(loaded, wanted, SortKey(by), GroupKey(group_by), limit, rank, table_format,
+        _write_kinds(loaded, wanted, sort, GroupKey(group_by), limit, rank, table_format,
                      per_rank, within, leaves)
         return 0
     for kind in wanted:
-        print_top(loaded, kind=kind, by=SortKey(by), group_by=GroupKey(group_by), limit=limit, rank=rank,
+        print_top(loaded, kind=kind, by=sort, group_by=GroupKey(group_by), limit=limit, rank=rank,
                   fmt=table_format, per_rank=per_rank, within=within, leaves=leaves)
+    if table_format is TableFormat.TABLE:
+        print_nesting_note(loaded)
     return 0
 
 
@@ -121,14 +131,16 @@ def _check_kind(loaded: Run, kind: str) -> None:
         )
 
 
-def print_top(loaded: Run, kind: str, by: SortKey, group_by: GroupKey, limit: int,
+def print_top(loaded: Run, kind: str, by: SortKey | None, group_by: GroupKey, limit: int,
               rank: int | None = None, fmt: TableFormat = TableFormat.TABLE,
               per_rank: bool = False, within: str | None = None, leaves: bool = False,
               state: str | None = None) -> None:
     """Print a run's top table, or fail with one line saying what the run holds instead.
 
-    ``state`` is what the title says of the run in its parentheses; the run's status when None.
+    ``by`` None sorts as :func:`dlprof.analysis.aggregate.default_sort` says. ``state`` is what
+    the title says of the run in its parentheses; the run's status when None.
     """
+    by = by if by is not None else default_sort(loaded)
     if per_rank and group_by is GroupKey.TYPE:
         raise UsageError("--per-rank: not with --group-by type (tfprof's op view)")
     _check_kind(loaded, kind)

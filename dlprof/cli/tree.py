@@ -17,6 +17,7 @@ from dlprof.cli.common import (
     runs_dir_option,
     within_option,
 )
+from dlprof.cli.nesting_note import print_nesting_note
 from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import Kind, TableFormat, TreeView
 from dlprof.store.reader import Run
@@ -90,3 +91,5 @@ def print_tree(loaded: Run, view: TreeView, depth: int | None = None, min_percen
     inside = f" within {within}" if within is not None else ""
     title = f"{loaded.path.name}: {view} view, op time per node{inside} ({loaded.status})"
     write_tree(table, title, fmt)
+    if fmt is TableFormat.TABLE:
+        print_nesting_note(loaded)

@@ -37,6 +37,8 @@ NESTING_CHANGES: dict[str, str] = {
     "extended_over_parent": "slices started earlier to contain the slice they began early in (durations lengthened)",
     "ended_at_open_slice": "slices ended where a step open at a save began inside them (durations shortened)",
     "negative_durations": "slices with a negative duration made zero-length",
+    "aligned_to_autograd": "backward layers whose hook-timed start or end was moved to the edge of the autograd node it "
+                           "fell in (a few microseconds)",
     "overlapping_on_device": "device slices overlapping the previous one on their stream (times kept as recorded)",
 }
 

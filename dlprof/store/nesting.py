@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlprof.keys import NESTING_ORDER, Kind
+from dlprof.store.backward_layers import align_backward_layers
 
 _UNRANKED = max(NESTING_ORDER.values()) + 1
 # A step open at a save ends a region (or a data wait) it began late in; layers and ops, timed
@@ -55,6 +56,9 @@ class NestingReport:
     # batch, a loop body the step boundary falls in).
     ended_at_open_slice: int = 0
     negative_durations: int = 0
+    # Backward layers whose hook-timed start or end was moved to the edge of the autograd node
+    # it fell in (dlprof.store.backward_layers), before nesting: none of them needs repairs.
+    aligned_to_autograd: int = 0
     # Device slices starting before the previous one on their stream ends (kept as they are).
     overlapping_on_device: int = 0
 
@@ -168,6 +172,7 @@ def nest_window(
     n = table.num_rows
     if n == 0:
         return table, report, OpenSliceTimes()
+    table, report.aligned_to_autograd = align_backward_layers(table)
     if anchors is not None and anchors.num_rows:
         table = pa.concat_tables([table, _open_rows(anchors, table.schema)])
     total = table.num_rows

@@ -118,7 +118,7 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
     """``report_data``'s dict with its tables turned into :func:`table_spec`'s shape."""
     page = dict(data)
     page["tables"] = {
-        kind: {"title": t["title"], "total": t["total"], "groups": t["groups"],
+        kind: {"title": t["title"], "total": t["total"], "groups": t["groups"], "by": t["by"],
                **table_spec(t["columns"], t["rows"])}
         for kind, t in data["tables"].items()
     }
@@ -130,6 +130,7 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
         energy = steps["energy"]
         page["steps"] = {**steps, "statistics": table_spec(**steps["statistics"]),
                          "breakdown": table_spec(**steps["breakdown"]),
+                         "device_breakdown": table_spec(**steps["device_breakdown"]),
                          "energy": {**energy, **table_spec(energy["columns"], energy["rows"], _ENERGY_UNITS)}}
     metrics = data["metrics"]
     page["metrics"] = {"reason": metrics["reason"],

@@ -48,6 +48,7 @@ _HEADERS = {
     "bytes": "Bytes",
     "flops": "FLOPs",
     "device_ns": "Device",
+    "self_device_ns": "Self device",
     "time_ns": "Time",
     "source_ns": "Source",
     "target_ns": "Target",
@@ -61,7 +62,8 @@ _HEADERS = {
 # the columns a command names: the most useful first (top's, then ls's by their headers).
 # Columns not listed follow in table order.
 _KEEP_ORDER = (
-    "name", "input_shapes", "total_ns", "self_ns", "calls", "device_ns", "self_pct", "avg_ns", "cum_pct",
+    "name", "input_shapes", "total_ns", "device_ns", "self_ns", "calls", "self_device_ns", "self_pct", "avg_ns",
+    "cum_pct",
     "max_ns", "min_ns", "bytes", "flops", "rank_median_ns", "rank_max_ns", "max_rank", "rank_min_ns",
     "Status", "Started", "Duration", "Script", "Events", "Size",
 )

@@ -222,12 +222,23 @@ def test_hand_built_run_figure_by_figure(hand_run: dlprof.Run) -> None:
     assert delays.loc[("cuda:0", "ProfilerStep#1")].tolist() == [1000.0] * 4
     assert delays.loc[("cuda:0", ALL)].tolist() == pytest.approx([422.5, 320.0, 910.0, 1000.0])
     assert delays.loc[("cuda:1", "ProfilerStep#1")].isna().all()
+    # Kernel 26 (launched at 2100) waits behind kernel 24 until 2500: all of its delay is queueing;
+    # kernel 24's stream was free (the copy ended at 700) when it was launched at 1100.
+    waits = table[["queued", "queue_mean_ns", "queue_max_ns", "launch_mean_ns", "launch_max_ns"]]
+    assert waits.loc[("cuda:0", "ProfilerStep#0")].tolist() == [0, 0.0, 0.0, 145.0, 240.0]
+    assert waits.loc[("cuda:0", "ProfilerStep#1")].tolist() == [0, 0.0, 0.0, 1000.0, 1000.0]
+    assert waits.loc[("cuda:0", "ProfilerStep#2")].tolist() == [1, 400.0, 400.0, 0.0, 0.0]
+    assert waits.loc[("cuda:0", ALL)].tolist() == [1, 100.0, 400.0, 322.5, 1000.0]
     assert table.loc[("cuda:0", "ProfilerStep#0"), "busy_pct"] == pytest.approx(60.0)
     assert table.loc[("cuda:0", "ProfilerStep#0"), "kernel_pct"] == pytest.approx(500 / 6)
 
 
 def test_hand_built_device_work(hand_run: dlprof.Run) -> None:
     work = device_work(hand_run).set_index("id")
+    # The copy (launched at 70) queues behind kernel 20 until 400; the memset (80) behind kernel 21.
+    assert work.loc[[20, 21, 22, 23, 26], "queue_ns"].tolist() == [0, 0, 330, 520, 400]
+    assert work.loc[[20, 21, 22, 23, 26], "launch_cost_ns"].tolist() == [50, 240, 150, 50, 0]
+    assert pd.isna(work.loc[25, "queue_ns"]) and pd.isna(work.loc[27, "launch_cost_ns"])
     assert work.loc[24, "step"] == "ProfilerStep#1" and work.loc[24, "launch_ns"] == 1100
     assert work.loc[25, "step"] == "ProfilerStep#1" and pd.isna(work.loc[25, "launch_ns"])
     assert work.loc[27, "step"] == "ProfilerStep#2" and pd.isna(work.loc[27, "launch_ns"])
@@ -244,3 +255,37 @@ def test_rank_filter_and_a_run_without_steps(tmp_path: Path) -> None:
     one = gpu_breakdown(run, rank=1)
     assert one["rank"].tolist() == [1]
     assert gpu_breakdown(run, rank=7).empty
+
+
+# --- the H200 run -------------------------------------------------------------------------
+
+
+def test_queueing_and_launch_cost_add_up_to_the_delay_per_kernel(h200_run: Path) -> None:
+    run = dlprof.load(h200_run)
+    work = device_work(run).set_index("id")
+    # Independently: each kernel's runtime call by correlation id, and each stream's work in order.
+    slices = run.slices
+    calls = slices[slices["kind"] == "runtime"].dropna(subset=["correlation_id"])
+    on_device = slices[slices["device"] != "cpu"].sort_values(["tid", "start_ns", "dur_ns"])
+    free: dict[int, int] = {}
+    expected: dict[int, tuple[int, int]] = {}
+    launched_at = dict(zip(calls["correlation_id"].astype("int64"), calls["start_ns"], strict=True))
+    for row in on_device.itertuples():
+        launch = launched_at.get(int(row.correlation_id)) if pd.notna(row.correlation_id) else None
+        if row.kind == "kernel" and launch is not None:
+            delay = row.start_ns - launch
+            queue = min(max(free.get(row.tid, launch) - launch, 0), max(delay, 0))
+            expected[int(row.id)] = (delay, queue)
+        free[row.tid] = max(free.get(row.tid, row.start_ns), row.start_ns + row.dur_ns)
+    kernels = work.loc[list(expected)]
+    delays = (kernels["start_ns"] - kernels["launch_ns"]).astype("int64")
+    assert len(expected) == 12_472
+    assert (kernels["queue_ns"] + kernels["launch_cost_ns"] == delays).all()
+    assert kernels["queue_ns"].tolist() == [queue for _, queue in expected.values()]
+    assert delays.tolist() == [delay for delay, _ in expected.values()]
+    # The kernels that waited over a millisecond were queued: their launches cost microseconds.
+    long = kernels[delays > 1_000_000]
+    assert len(long) == 2_312 and (long["launch_cost_ns"] < 5_000).mean() > 0.95
+    whole = gpu_breakdown(run).iloc[-1]
+    assert whole["delay_mean_ns"] == pytest.approx(whole["launch_mean_ns"] + whole["queue_mean_ns"])
+    assert whole["launch_p95_ns"] < 50_000 < 5_000_000 < whole["queue_p95_ns"]

@@ -16,6 +16,7 @@ from dlprof.analysis.steps import StepPart, StepStatus, excluded_steps, step_rep
 from dlprof.importers.data_wait import DATALOADER_ITERATION
 from dlprof.keys import Kind
 from tests.conftest import profile_dataloader_loop
+from tests.references import union_length
 
 PARTS = [f"{part}_ns" for part in StepPart]
 
@@ -139,3 +140,95 @@ def test_keras_validation_falls_outside_every_training_step(tmp_path: Path) -> N
         assert overlapping.empty, overlapping
     (row,) = report.statistics.to_dict("records")
     assert row["steps"] == batches - 1 and 0 < row["min_ns"] <= row["median_ns"] <= row["max_ns"]
+
+
+# --- across threads, on GPUs, and dlprof's own pauses ---------------------------------------
+
+
+def clipped_union(starts: pd.Series, ends: pd.Series, low: int, high: int) -> int:
+    return union_length([(max(int(a), low), min(int(b), high)) for a, b in zip(starts, ends, strict=True)
+                         if min(int(b), high) > max(int(a), low)])
+
+
+def backward_slices(slices: pd.DataFrame) -> pd.DataFrame:
+    """What autograd ran: the layers' backward slices and the engine's evaluate_function ops."""
+    layers = (slices["kind"] == Kind.MODULE) & slices["name"].str.endswith(" backward")
+    nodes = (slices["kind"] == Kind.OP) & slices["name"].str.startswith("autograd::engine::evaluate_function:")
+    return slices[layers | nodes]
+
+
+def test_backward_on_autograds_thread_has_its_share_on_the_host_and_the_gpu(h200_run: Path) -> None:
+    run = dlprof.load(h200_run)
+    report = step_report(run)
+    slices = run.slices
+    main = int(slices.loc[slices["kind"] == Kind.STEP, "tid"].iloc[0])
+    backward = backward_slices(slices)
+    assert set(backward["tid"]) == {6494} != {main}  # CUDA's backward runs on autograd's own thread
+    ends = backward["start_ns"] + backward["dur_ns"]
+    # The kernels launched from inside what autograd ran, by their runtime calls.
+    calls = slices[(slices["kind"] == Kind.RUNTIME) & slices["correlation_id"].notna()]
+    inside = [any((backward["tid"] == c.tid) & (backward["start_ns"] <= c.start_ns) & (ends > c.start_ns))
+              for c in calls.itertuples()]
+    launched = calls[inside]["correlation_id"]
+    work = slices[(slices["device"] != "cpu") & slices["correlation_id"].isin(launched)]
+    assert len(work) > 6_000
+    devices = report.device_steps.set_index("step")
+    for step in report.steps.itertuples():
+        low, high = int(step.start_ns), int(step.start_ns + step.dur_ns)
+        assert step.backward_ns == clipped_union(backward["start_ns"], ends, low, high), step.step
+        assert devices.loc[step.step, "backward_ns"] == clipped_union(
+            work["start_ns"], work["start_ns"] + work["dur_ns"], low, high), step.step
+    parts = report.breakdown.set_index("part")["step_pct"]
+    assert parts["backward"] > 25 and parts["forward"] > 50 and parts["other"] < 5
+    assert (report.steps[PARTS].sum(axis=1) == report.steps["dur_ns"]).all()
+    gpu = report.device_steps
+    assert (gpu[[*PARTS, "idle_ns"]].sum(axis=1) == gpu["dur_ns"]).all()
+    assert (gpu[[*PARTS, "idle_ns"]] >= 0).all().all()
+    shares = report.device_breakdown.set_index("part")["step_pct"]
+    assert shares.sum() == pytest.approx(100.0) and 70 < shares["idle"] < 85
+
+
+def test_an_imported_trace_with_phase_ranges_reads_its_phases(tmp_path: Path) -> None:
+    """HTA's A100 trace: ``## forward ##``, ``## backward ##`` and ``## optimizer ##`` ranges on
+    the main thread, autograd's ops on another; once nearly all of it read as other."""
+    from tests.builders import write_imported_run
+    from tests.conftest import KINETO_TRACES
+
+    (trace,) = (KINETO_TRACES / "trace_diff" / "control").glob("*.json.gz")
+    report = step_report(dlprof.load(write_imported_run(tmp_path / "a100", trace, (3,))))
+    shares = report.breakdown.set_index("part")["step_pct"]
+    assert shares["forward"] > 20 and shares["backward"] > 40 and shares["optimizer"] > 3
+    assert shares["communication"] > 1 and shares["other"] < 30
+    gpu = report.device_breakdown.set_index("part")["step_pct"]
+    assert gpu["communication"] > 30 and gpu["backward"] > 20  # NCCL kernels, launched from collectives
+
+
+def test_parts_across_threads_and_dlprofs_pauses(tmp_path: Path) -> None:
+    from tests.builders import op, write_rows_run
+
+    run = write_rows_run(tmp_path / "hand", [
+        op(1, "ProfilerStep#0", 0, 1000, kind="step"),
+        op(2, "ProfilerStep#1", 1000, 1000, kind="step"),
+        op(3, "ProfilerStep#2", 2000, 1000, kind="step"),
+        op(4, "model (Net) forward", 1000, 300, kind="module"),
+        op(5, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1100, 50, kind="data_wait"),
+        # The main thread waits in backward; autograd's thread runs it, a collective in it.
+        op(6, "model (Net) backward", 1300, 400, tid=2, kind="module"),
+        op(7, "autograd::engine::evaluate_function: MmBackward0", 1350, 100, tid=2),
+        op(8, "c10d::allreduce_", 1500, 100, tid=2, kind="comm"),
+        op(9, "Optimizer.step#SGD.step", 1750, 200, kind="user_annotation"),
+        # dlprof saving in the middle of the optimizer's step; a fetch on another thread is no wait.
+        op(10, "dlprof::save", 1800, 60, kind="profiler"),
+        op(11, "fetch", 1200, 300, tid=3, kind="dataloader"),
+        op(12, "model (Net) forward", 2000, 100, kind="module"),
+    ])
+    report = step_report(run)
+    step = report.steps.set_index("step").loc["ProfilerStep#1"]
+    assert {p: int(step[f"{p}_ns"]) for p in StepPart} == {
+        "data_wait": 50, "forward": 250, "backward": 300, "optimizer": 140, "communication": 100,
+        "profiler": 60, "other": 100}
+    (row,) = report.statistics.to_dict("records")
+    # #0 is the warm-up; #1 and #2 count (no manifest names a partial step), and #1's user time
+    # leaves dlprof's 60 ns out.
+    assert row["steps"] == 2 and row["min_ns"] == 1000 - 60
+    assert report.device_steps.empty and report.device_breakdown.empty

@@ -48,7 +48,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_tables_for_a_person(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["gpu", str(runs["steps"])], capsys)
     assert code == 0 and err == ""
-    assert "GPU time per step" in out and "kernel launch delay" in out
+    assert "GPU time per step" in out and "kernel launch cost" in out and "kernel queueing" in out
     for word in ("ProfilerStep#551", "ProfilerStep#552", "cuda:0", "Busy %", "Kernel %", "p95 (ms)"):
         assert word in out
     row = next(line for line in out.splitlines() if "ProfilerStep#551" in line)

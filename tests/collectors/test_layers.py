@@ -107,3 +107,73 @@ def test_a_layer_called_too_often_too_briefly_is_throttled(tmp_path: Path) -> No
     name = "Identity (Identity) forward"
     assert (run.slices.name == name).sum() == THROTTLE_CALLS
     assert run.manifest.saving["throttled"][name]["calls"] == 50
+
+
+def bundled_cnn() -> nn.Module:
+    """The CNN of examples/torch_cnn.py: convolutions in one Sequential, a classifier in another."""
+    import importlib.util
+
+    from tests.conftest import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("torch_cnn_example", EXAMPLES / "torch_cnn.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model: nn.Module = example.CNN()
+    return model
+
+
+@pytest.fixture(scope="module")
+def cnn_layers_run(tmp_path_factory: pytest.TempPathFactory) -> dlprof.Run:
+    torch.manual_seed(0)
+    model = bundled_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    inputs, labels = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+    out = tmp_path_factory.mktemp("layers") / "cnn"
+    with dlprof.profile(out=out, collectors=("torch", "layers")) as prof:
+        for _ in range(6):
+            optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(inputs), labels).backward()
+            optimizer.step()
+            prof.step()
+    return dlprof.load(out)
+
+
+def test_backward_layers_nest_as_autograd_ran_them(cnn_layers_run: dlprof.Run) -> None:
+    """Each layer's backward lies in its container's backward, and holds the autograd nodes it
+    ran: ``features.5 (MaxPool2d) backward``, whose node runs where ``classifier``'s backward
+    ends, once sat inside it; leaf layers sat inside their own node's ``evaluate_function``."""
+    slices = cnn_layers_run.slices
+    names = dict(zip(slices["id"], slices["name"], strict=True))
+    backward = slices[(slices["kind"] == "module") & slices["name"].str.endswith(" backward")]
+    parents = {name: {names.get(p) for p in group["parent_id"]} for name, group in backward.groupby("name")}
+    containers = {"features": "features (Sequential)", "classifier": "classifier (Sequential)"}
+    for layer, found in parents.items():
+        path = layer.split(" ")[0]
+        if "." in path:
+            assert found == {f"{containers[path.split('.')[0]]} backward"}, (layer, found)
+        elif path in containers:
+            assert found == {"CNN (CNN) backward"}, (layer, found)
+    assert (backward.groupby("name").size() == 6).all()
+    # The node each leaf ran is inside it, not around it.
+    nodes = slices[slices["name"].str.startswith("autograd::engine::evaluate_function: ")]
+    held = nodes.assign(parent=nodes["parent_id"].map(names))
+    pool = held[held["name"].str.endswith("MaxPool2DWithIndicesBackward0")]
+    assert set(pool["parent"]) == {"features.2 (MaxPool2d) backward", "features.5 (MaxPool2d) backward"}
+    assert (pool["parent"] == "features.5 (MaxPool2d) backward").sum() == 6
+    assert not backward["parent_id"].map(names).str.startswith("autograd::engine").any()
+    # Nothing was moved to force the tree: the backward layers were aligned to their nodes.
+    normalised = cnn_layers_run.manifest.normalised
+    assert normalised.get("aligned_to_autograd", 0) > 0
+    assert not {"moved_past_parent", "extended_over_parent"} & set(normalised), normalised
+
+
+def test_leaf_layers_count_every_call(cnn_layers_run: dlprof.Run) -> None:
+    from dlprof.analysis.aggregate import top
+
+    leaves = top(cnn_layers_run, kind="module", limit=None, leaves=True).set_index("name")["calls"]
+    expected = [f"features.{i}" for i in range(6)] + [f"classifier.{i}" for i in range(4)]
+    for layer in expected:
+        for phase in ("forward", "backward"):
+            matches = [n for n in leaves.index if n.startswith(f"{layer} (") and n.endswith(phase)]
+            assert len(matches) == 1 and leaves[matches[0]] == 6, (layer, phase, matches)

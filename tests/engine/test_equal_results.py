@@ -1,5 +1,5 @@
 """Every analysis gives the same result on DuckDB and on Spark, on real runs: a native PyTorch run,
-an imported GPU trace (A100) and a two-rank gloo job.
+an imported GPU trace (A100), a two-rank gloo job and dlprof's own run on an H200.
 
 Spark runs for real, in local mode. Results are compared as DataFrames: same columns, same rows in
 the same order, integers and strings exactly, floats to 1e-9 relative (the engines may add up
@@ -21,6 +21,7 @@ import pytest
 import dlprof
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
+from dlprof.analysis.device_time import device_times
 from dlprof.analysis.diff import choose_basis, diff, work_steps
 from dlprof.analysis.estimate import estimate
 from dlprof.analysis.gpu import device_work, gpu_breakdown
@@ -76,6 +77,9 @@ ANALYSES: dict[str, Analysis] = {
     "work items with layers": lambda run: work_items(run, with_layers=True).table,
     "roofline per kernel": lambda run: roofline(run, RooflineKey.KERNEL).table,
     "estimate on a V100": lambda run: estimate_frames(run, "V100 SXM2"),
+    "device time of layers": lambda run: device_times(run, Kind.MODULE).sort_values(["rank", "id"]),
+    "device time of steps": lambda run: device_times(run, Kind.STEP).sort_values(["rank", "id"]),
+    "top modules": lambda run: top(run, kind=Kind.MODULE, limit=None),
 }
 
 
@@ -128,12 +132,14 @@ CASES: dict[str, tuple[str, ...]] = {
             "roofline per kernel", "estimate on a V100"),
     "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
+    # Steps across threads, on the GPU too; device time through autograd's thread.
+    "h200": ("step report", "device time of layers", "device time of steps", "top modules", "device work"),
 }
 
 
 @pytest.fixture(scope="module")
-def runs(cnn_run: Path, gpu_run: Path, two_rank_gloo_run: Path) -> dict[str, Path]:
-    return {"native": cnn_run, "gpu": gpu_run, "two ranks": two_rank_gloo_run}
+def runs(cnn_run: Path, gpu_run: Path, two_rank_gloo_run: Path, h200_run: Path) -> dict[str, Path]:
+    return {"native": cnn_run, "gpu": gpu_run, "two ranks": two_rank_gloo_run, "h200": h200_run}
 
 
 def test_every_analysis_is_compared() -> None:

@@ -147,6 +147,10 @@
     table(box, data.steps.statistics, "table-step-statistics");
     box.appendChild(el("h3", null, "Mean time per counted step, by part"));
     table(box, data.steps.breakdown, "table-step-breakdown");
+    if (data.steps.device_breakdown.rows.length) {
+      box.appendChild(el("h3", null, "Mean GPU time per counted step, by the part that launched it, and idle"));
+      table(box, data.steps.device_breakdown, "table-step-device-breakdown");
+    }
     var energy = data.steps.energy;
     if (!energy.recorded) { note(box, energy.reason, "steps-energy"); return; }
     box.appendChild(el("h3", null, "Energy per counted step"));
@@ -255,7 +259,7 @@
       var spec = data.tables[kind];
       box.appendChild(el("h3", null, spec.title));
       note(box, "Top " + spec.rows.length + " of " + spec.groups + " names (" + spec.total + " slices of kind " + kind +
-        ") by total time; click a header to sort.", "table-note-" + kind);
+        ") by " + spec.by + " time; click a header to sort.", "table-note-" + kind);
       table(box, spec, "table-" + kind);
     });
   }
