@@ -100,6 +100,12 @@ def _sort(table: pa.Table) -> _Tracks:
                    rank_of_kind=np.asarray(priority)[order])
 
 
+def track_order(table: pa.Table) -> np.ndarray:
+    """The row order that puts ``table``'s slices in track order (pid, device, tid, start, outer
+    before inner), as parts are stored."""
+    return _sort(table).order
+
+
 def _codes(column: pa.ChunkedArray, value: str) -> tuple[np.ndarray, int]:
     """Integer codes for a string column (equal strings, equal codes), and the code of ``value``."""
     values = column.combine_chunks()

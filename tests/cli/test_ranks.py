@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import dlprof
-from dlprof.analysis.aggregate import PER_RANK_COLUMNS, top
+from dlprof.analysis.aggregate import PER_RANK_COLUMNS, default_sort, top
 from dlprof.analysis.ranks import STEP_COLUMNS, SUMMARY_COLUMNS, rank_steps, rank_summary, stragglers
 from dlprof.cli.main import main
 from dlprof.importers.trace_file import import_traces
@@ -120,13 +120,13 @@ def test_top_rank_and_per_rank(nccl_run: Path, capsys: pytest.CaptureFixture[str
     run = dlprof.load(nccl_run)
     code, out, _ = run_cli(["top", str(nccl_run), "--rank", "1", "--limit", "0", "--format", "json"], capsys)
     assert code == 0
-    one = top(run, limit=None, rank=1)
+    one = top(run, limit=None, rank=1, by=default_sort(run))  # device time: the run has GPU work
     assert [(r["name"], r["total_ns"]) for r in json.loads(out)] == list(
         zip(one["name"], one["total_ns"], strict=True))
     code, out, _ = run_cli(["top", str(nccl_run), "--per-rank", "--format", "json"], capsys)
     rows = json.loads(out)
     assert code == 0 and list(rows[0])[-len(PER_RANK_COLUMNS):] == PER_RANK_COLUMNS
-    expected = top(run, per_rank=True)
+    expected = top(run, per_rank=True, by=default_sort(run))
     assert [r["max_rank"] for r in rows] == expected["max_rank"].tolist()
     code, out, _ = run_cli(["top", str(nccl_run), "--per-rank", "--wide"], capsys)
     for header in ("Rank min (ms)", "Rank median (ms)", "Rank max (ms)", "Max rank"):
