@@ -105,8 +105,9 @@ def test_data_wait_survives_an_export_and_import(dataloader_run: Path, tmp_path:
 
 
 def test_within_keeps_the_steps_inside_a_region(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Train against eval: two epochs of 4 training steps (2 ms of work) and 2 evaluation steps
-    (6 ms); --within picks each side's steps, their statuses as among all."""
+    """Train against eval: two epochs of 4 training steps (5 ms of work) and 2 evaluation steps
+    (25 ms); --within picks each side's steps, their statuses as among all. (The work is long
+    beside what a busy machine's scheduler may hold a step back between its region's edges.)"""
     import time
 
     def work(seconds: float) -> None:
@@ -119,18 +120,18 @@ def test_within_keeps_the_steps_inside_a_region(tmp_path: Path, capsys: pytest.C
         for _ in range(2):
             with dlprof.region("train"):
                 for _ in range(4):
-                    work(0.002)
+                    work(0.005)
                     prof.step()
             with dlprof.region("eval"):
                 for _ in range(2):
-                    work(0.006)
+                    work(0.025)
                     prof.step()
     run = dlprof.load(out)
     every = step_report(run).steps
     train, evaluation = step_report(run, within="train").steps, step_report(run, within="eval").steps
     assert len(train) == 8 and len(evaluation) == 4
     assert set(train["step"]) | set(evaluation["step"]) <= set(every["step"])
-    assert evaluation["dur_ns"].min() > train.loc[train["status"] == "counted", "dur_ns"].max()
+    assert evaluation["dur_ns"].median() > train.loc[train["status"] == "counted", "dur_ns"].median()
     assert train.iloc[0]["status"] == "warm-up", "statuses as among all the steps"
     code, printed, _ = run_cli(["steps", str(out), "--within", "eval", "-f", "csv"], capsys)
     assert code == 0 and printed.count("\n") == 1 + 4
