@@ -12,8 +12,9 @@ from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
 from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import printable, table_width, wrapped
-from dlprof.viewers.terminal import short_name, write_table
+from dlprof.viewers.terminal import write_table
 
 HELP = """Rank a run's kernels by how much tuning them may gain, and say why.
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlprof.viewers.names import cut_middle
 from dlprof.viewers.screen import printable, table_width
 
 # The least width of the leading text column (the name) while other columns are shown.
@@ -34,16 +35,6 @@ PROSE_FLOOR = 20
 # What a rich table with box.SIMPLE_HEAD adds to its cells' widths: one space either side of
 # each cell, a separator between cells and an edge each side, that is 3 per column and 1.
 _PER_COLUMN, _EDGES = 3, 1
-
-
-def cut_middle(text: str, width: int) -> str:
-    """``text`` at most ``width`` characters, its middle replaced by an ellipsis."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    head = width // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 @dataclass(frozen=True)
@@ -57,6 +48,8 @@ class Column:
         text: left-aligned text that may be shortened to fit (names); numbers are never cut.
         priority: the lower, the longer the column stays as the width shrinks.
         shorten: how a text cell is cut to a width (the middle, by default).
+        shorten_all: how the column's cells are cut to a width together, where what one cell
+            keeps depends on the others (names: :func:`~dlprof.viewers.names.distinct_names`).
         wrap: prose (a description, a reason): its cells wrap onto more lines instead of being cut.
         width: the width fitted, for a column that wraps (set by :func:`fit_columns`).
         styles: each cell's rich style (none by default).
@@ -67,6 +60,7 @@ class Column:
     text: bool = False
     priority: int = 0
     shorten: Callable[[str, int], str] = field(default=cut_middle, compare=False)
+    shorten_all: Callable[[list[str], int], list[str]] | None = field(default=None, compare=False)
     wrap: bool = False
     width: int | None = None
     styles: list[str] | None = None
@@ -121,6 +115,8 @@ def _shortened(column: Column, width: int) -> Column:
         return column
     if column.wrap:
         return replace(column, width=width)
+    if column.shorten_all is not None:
+        return replace(column, cells=column.shorten_all(column.cells, width))
     cells = [cell if cell_len(cell) <= width else column.shorten(cell, width) for cell in column.cells]
     return replace(column, cells=cells)
 

@@ -28,8 +28,9 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 
 from dlprof.analysis.tau_profile import FunctionSummary, ThreadProfile
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import printable, table_width
-from dlprof.viewers.terminal import short_name, time_text
+from dlprof.viewers.terminal import time_text
 
 RULE = "-" * 87
 HEADER = (

@@ -16,7 +16,6 @@ so a CSV shown on a terminal should go through ``cat -v`` or a spreadsheet).
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from dlprof.engine.rows import Rows
 from dlprof.keys import NANOSECOND_COUNTERS, TableFormat
-from dlprof.viewers.fit import Column, cut_middle, print_columns
+from dlprof.viewers.fit import Column, print_columns
+from dlprof.viewers.names import distinct_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -133,87 +133,6 @@ def _count(value: float) -> str:
     return f"{int(value)}"
 
 
-NAME_WIDTH = 90
-_MIN_SHORT_NAME = 8  # the least of a name worth showing before its digest
-
-
-def short_name(name: str, width: int = NAME_WIDTH) -> str:
-    """A long name made to fit ``width``, still telling distinct names apart.
-
-    A C++ kernel's parameters are dropped first, then its template arguments from the innermost
-    out, then the middle of what is left (tables for scripts keep the whole name). Kernels of
-    one template differ only in what goes (``CatArrayBatchedCopy<float, unsigned int, 2, 64,
-    64>`` and ``<..., 3, 64, 64>``), so a shortened name ends in a digest of the whole name
-    (``~3fa2c1``): two distinct names shorten alike only if their 24-bit digests collide too.
-
-    Args:
-        name: the name.
-        width: the most characters the result may have.
-
-    Returns:
-        ``name`` itself if it fits, else a shortened name of at most ``width`` characters.
-    """
-    if len(name) <= width:
-        return name
-    tag = f" ~{hashlib.blake2s(name.encode('utf-8', 'replace'), digest_size=3).hexdigest()}"
-    if width < len(tag) + _MIN_SHORT_NAME:  # no room to tell names apart: cut only
-        return cut_middle(name, width)
-    room = width - len(tag)
-    short = name
-    if short.endswith(")") and "(" in short:
-        short = short[: _matching_open(short, len(short) - 1, "(", ")")] + "(…)"
-    depth = _deepest(short, "<", ">")
-    while len(short) > room and depth > 0:
-        short = _collapse(short, "<", ">", depth)
-        depth -= 1
-    return cut_middle(short, room) + tag
-
-
-def _matching_open(text: str, close: int, opening: str, closing: str) -> int:
-    depth = 0
-    for index in range(close, -1, -1):
-        if text[index] == closing:
-            depth += 1
-        elif text[index] == opening:
-            depth -= 1
-            if depth == 0:
-                return index
-    return close
-
-
-def _deepest(text: str, opening: str, closing: str) -> int:
-    """How deep brackets nest in ``text``: 0 without any, 2 for ``f<a<b>>``."""
-    depth = deepest = 0
-    for char in text:
-        if char == opening:
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char == closing and depth:
-            depth -= 1
-    return deepest
-
-
-def _collapse(text: str, opening: str, closing: str, level: int = 1) -> str:
-    """Replace every bracketed part at ``level`` with an ellipsis: ``f<a<b>>`` -> ``f<…>`` at
-    level 1, ``f<a<…>>`` at level 2."""
-    out: list[str] = []
-    depth = 0
-    for char in text:
-        if char == opening:
-            if depth < level:
-                out.append(opening)
-            if depth == level - 1:
-                out.append("…")
-            depth += 1
-        elif char == closing and depth:
-            depth -= 1
-            if depth < level:
-                out.append(closing)
-        elif depth < level:
-            out.append(char)
-    return "".join(out)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -317,7 +236,7 @@ def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = No
         prose = name in _PROSE_COLUMNS
         text = prose or name in _TEXT_COLUMNS
         columns.append(Column(header, cells, text=text, wrap=prose, priority=order.index(name),
-                              shorten=short_name if name == "name" else cut_middle))
+                              shorten_all=distinct_names if name == "name" else None))
     print_columns(columns, title, stream)
 
 

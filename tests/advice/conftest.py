@@ -12,6 +12,7 @@ import pytest
 import dlprof
 from tests.builders import write_imported_run
 from tests.conftest import KINETO_TRACES
+from tests.h200 import h200_copy
 
 STEPS = 7
 SLOW_BATCH_S = 0.03  # the bad run's dataset: long enough that waiting for it dominates a step
@@ -85,3 +86,9 @@ def v100_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def a100_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same job recorded on an A100 (sm 8.0): mostly TF32 tensor-op GEMMs, some ampere_sgemm."""
     return _imported(tmp_path_factory, "trace_diff/control")
+
+
+@pytest.fixture(scope="package")
+def h200_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dlprof's own GPT-2-style run on an H200: bf16 GEMMs, a 50257-word vocabulary, 12,472 kernels."""
+    return h200_copy(tmp_path_factory.mktemp("advice-h200"))

@@ -20,8 +20,9 @@ from dlprof.cli.main import main
 from dlprof.keys import NANOSECOND_COUNTERS
 from dlprof.support.perf_event import EVENTS
 from dlprof.viewers.fit import NAME_FLOOR, Column, fit_columns
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import PIPED_WIDTH, printable, set_wide, table_width
-from dlprof.viewers.terminal import render_table, short_name
+from dlprof.viewers.terminal import render_table
 from tests.conftest import KINETO_TRACES
 
 # Region names as a hostile program or trace could write them: set the window title, write the
