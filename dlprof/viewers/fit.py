@@ -7,7 +7,10 @@ Every column has a priority (0 is kept first). The name and the sort column come
 column that does not fit beside the ones before it is dropped with every column after it, and
 a line under the table names what was dropped. Text columns (names, shapes, scripts) shrink
 to what is left, never below a floor (:data:`NAME_FLOOR` for the leading one), so the name
-column never disappears: names are cut in the middle, prose wraps; numbers are never cut. ``--wide`` (:func:`screen.set_wide`) shows
+column never disappears; and a column the command did not ask for (not ``essential``) is shown
+only while the name keeps its room (:data:`NAME_SHARE` of the width, or all it needs), so a
+wider terminal never gives the names less. Names are shortened together, keeping what tells
+them apart (:mod:`dlprof.viewers.names`), prose wraps; numbers are never cut. ``--wide`` (:func:`screen.set_wide`) shows
 every column and whole names. Every header, cell and title passes through
 :func:`screen.printable`.
 """
@@ -29,6 +32,8 @@ from dlprof.viewers.screen import printable, table_width
 
 # The least width of the leading text column (the name) while other columns are shown.
 NAME_FLOOR = 30
+# The share of the width the name keeps before a column no one asked for is shown beside it.
+NAME_SHARE = 0.5
 # The least width of any other text column (input shapes, a script's path), and of prose.
 TEXT_FLOOR = 12
 PROSE_FLOOR = 20
@@ -53,6 +58,8 @@ class Column:
         wrap: prose (a description, a reason): its cells wrap onto more lines instead of being cut.
         width: the width fitted, for a column that wraps (set by :func:`fit_columns`).
         styles: each cell's rich style (none by default).
+        essential: asked for by the command (the sort column, those it keeps): shown while
+            the floors fit, before the name gets its room.
     """
 
     header: str
@@ -64,6 +71,7 @@ class Column:
     wrap: bool = False
     width: int | None = None
     styles: list[str] | None = None
+    essential: bool = False
 
     def natural_width(self) -> int:
         """The width that shows the header and every cell whole."""
@@ -88,9 +96,14 @@ def fit_columns(columns: list[Column], width: int | None) -> tuple[list[Column],
     natural = [c.natural_width() for c in columns]
     floor = [min(natural[i], NAME_FLOOR if i == first_text else PROSE_FLOOR if c.wrap else TEXT_FLOOR)
              if c.text else natural[i] for i, c in enumerate(columns)]
+    # The room the name keeps before columns no one asked for are shown beside it.
+    name_room = 0 if first_text is None else (
+        max(min(natural[first_text], int(width * NAME_SHARE)), floor[first_text]) - floor[first_text])
     kept: list[int] = []
     for index in by_priority:
         needed = sum(floor[i] for i in [*kept, index]) + _PER_COLUMN * (len(kept) + 1) + _EDGES
+        if kept and not columns[index].essential and index != first_text:
+            needed += name_room
         if kept and needed > width:
             break
         kept.append(index)

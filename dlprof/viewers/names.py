@@ -176,11 +176,11 @@ def _fit_words(text: str, width: int, holders: Counter[str], total: int) -> str:
     """``text`` cut to ``width`` keeping, in order, the words fewest other names share.
 
     Words are added one at a time: the one the fewest names hold (a word repeated within the
-    name counts once), the leading identifier's words (what names the thing: a kernel's
-    template, a model's root) ahead of their equals, then one next to a word already kept (runs read better than
-    fragments), then the latest (a kernel's tile, layout and alignment end its name). Each is shown in its place, what lies between two kept words
-    kept when it holds no dropped word, each gap an ellipsis; a word that would overflow is
-    passed over for the ones after it.
+    name counts at its last place), the leading identifier's words (what names the thing: a
+    kernel's template, a model's root) ahead of their equals, then the latest (a kernel's tile,
+    layout and alignment end its name), then one next to a word already kept. Each is shown in
+    its place, what lies between two kept words kept when it holds no dropped word, each gap an
+    ellipsis; a word that would overflow is passed over for the ones after it.
     """
     atoms = _ATOMS.findall(text)
     words = [i for i, atom in enumerate(atoms) if _WORD.fullmatch(atom)]
@@ -188,7 +188,7 @@ def _fit_words(text: str, width: int, holders: Counter[str], total: int) -> str:
         return cut_middle(text, width)
     seen: set[str] = set()
     rarity: dict[int, float] = {}
-    for index in words:
+    for index in reversed(words):  # a repeated word counts at its last place
         rarity[index] = holders[atoms[index]] / total if atoms[index] not in seen else 2.0
         seen.add(atoms[index])
     # The name's leading identifier (``cunn_SoftMaxForward``), when short, names what it is.
@@ -203,7 +203,7 @@ def _fit_words(text: str, width: int, holders: Counter[str], total: int) -> str:
     left = set(words)
     best = ""
     while left:
-        index = min(left, key=lambda i: (rarity[i], not (neighbours[i] & kept), -i))
+        index = min(left, key=lambda i: (rarity[i], -i, not (neighbours[i] & kept)))
         left.discard(index)
         trial = _render(atoms, kept | {index})
         if len(trial) <= width:

@@ -68,7 +68,7 @@ _KEEP_ORDER = (
 # Left-aligned text, shortened to fit: names, shapes, paths.
 _TEXT_COLUMNS = frozenset({"name", "input_shapes", "Script", "Latest arrival", "step", "Step", "Op at peak"})
 # Columns of sentences: their cells wrap onto more lines rather than being cut.
-_PROSE_COLUMNS = frozenset({"reason", "Reason", "Why", "fix", "Fix"})
+_PROSE_COLUMNS = frozenset({"reason", "Reason", "Why", "fix", "Fix", "Finding"})
 
 
 class TimeUnit(NamedTuple):
@@ -229,14 +229,17 @@ def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = No
     times = [n for n in names if is_time_column(n)]
     reference = sort if sort in times else (times[0] if times else None)
     unit = time_unit(values[reference]) if reference else None
-    order = _keep_order(names, ["name", *([sort] if sort else []), *keep])
+    asked = ["name", *([sort] if sort else []), *keep]
+    order = _keep_order(names, asked)
+    essential = {n for n in names if any(n == key or n.startswith(f"{key} (") for key in asked)}
     columns = []
     for name in names:
         header, cells = format_column(name, values[name], unit=unit if is_time_column(name) else None)
         prose = name in _PROSE_COLUMNS
         text = prose or name in _TEXT_COLUMNS
         columns.append(Column(header, cells, text=text, wrap=prose, priority=order.index(name),
-                              shorten_all=distinct_names if name == "name" else None))
+                              shorten_all=distinct_names if name == "name" else None,
+                              essential=name in essential))
     print_columns(columns, title, stream)
 
 
