@@ -94,20 +94,28 @@ def _values(values: Any) -> list[Any]:
 
 
 def time_unit(values: Sequence[Any]) -> TimeUnit:
-    """The unit that shows the largest of ``values`` (nanoseconds) as 10 or more, at most seconds.
+    """The unit a column of times reads best in: the one that shows a typical value as 10 or
+    more, at most seconds, so that one outlier (a 22 s warm-up step among 56 ms ones) does not
+    turn the whole column into seconds; a unit larger still where the largest would need more
+    than six digits before the point.
 
     Args:
         values: times in nanoseconds; missing ones are ignored.
 
     Returns:
-        The unit: 38 ms of largest value gives ms (38.091), 7.9 ms gives us (7,923.444).
+        The unit: 38 ms typical gives ms (38.091), 7.9 ms gives us (7,923.444), 56 ms with one
+        22 s value gives ms (22,289.864 for the outlier).
     """
-    present = [abs(float(v)) for v in values if not _missing(v)]
-    largest = max(present) if present else 0.0
-    for scale, unit in _TIME_UNITS:
-        if largest >= scale * 10:
-            return TimeUnit(scale, unit)
-    return TimeUnit(1, "ns")
+    present = sorted(abs(float(v)) for v in values if not _missing(v))
+    nonzero = [v for v in present if v > 0]
+    # The upper quartile: a table sorted by time holds its largest rows first, and those set the
+    # unit unless they are a few outliers.
+    typical = nonzero[min(len(nonzero) - 1, (3 * len(nonzero)) // 4)] if nonzero else 0.0
+    largest = present[-1] if present else 0.0
+    position = next((i for i, (scale, _) in enumerate(_TIME_UNITS) if typical >= scale * 10), len(_TIME_UNITS) - 1)
+    while position > 0 and largest >= _TIME_UNITS[position][0] * 1e6:
+        position -= 1
+    return TimeUnit(*_TIME_UNITS[position])
 
 
 def format_time(ns: float, unit: TimeUnit) -> str:
@@ -116,8 +124,10 @@ def format_time(ns: float, unit: TimeUnit) -> str:
 
 
 def time_text(ns: float, unit: TimeUnit | None = None) -> str:
-    """A time with its unit (``12.865 ms``), in ``unit`` or in the one that suits it."""
-    chosen = unit or time_unit([ns])
+    """A time with its unit (``12.865 ms``, ``9.245 ms``), in ``unit`` or in the largest that
+    shows it as 1 or more."""
+    chosen = unit or next((TimeUnit(scale, symbol) for scale, symbol in _TIME_UNITS if abs(ns) >= scale),
+                          TimeUnit(1, "ns"))
     return f"{format_time(ns, chosen)} {chosen.symbol}"
 
 
@@ -131,6 +141,17 @@ def _count(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.2f}{suffix}"
     return f"{int(value)}"
+
+
+def human_header(column: str) -> str:
+    """A column's name as a header: ``mean_ns`` reads ``Mean``, ``step_pct`` ``Step %``,
+    ``data_wait_ns`` ``Data wait``; counters (``perf:page-faults``) and headers already made
+    for a person are kept."""
+    if ":" in column or " " in column or not column.replace("_", "").isalnum():
+        return column
+    words = column.removesuffix("_ns").removesuffix("_pct").replace("_", " ").strip()
+    words = words[:1].upper() + words[1:]
+    return f"{words} %" if column.endswith("_pct") else words
 
 
 def _is_number(value: Any) -> bool:
@@ -151,7 +172,7 @@ def format_column(name: str, values: Any, header: str | None = None,
     Returns:
         The header and the cells.
     """
-    header = header or _HEADERS.get(name, name)
+    header = header or _HEADERS.get(name) or human_header(name)
     values = _values(values)
     if is_time_column(name):
         unit = unit or time_unit(values)

@@ -112,7 +112,7 @@ def test_several_threads_get_a_block_each_then_total_and_mean(
         "FUNCTION SUMMARY (total):",
         "FUNCTION SUMMARY (mean):",
     ]
-    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4,000.000 us)" in out
+    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4.000 ms)" in out
     mean = out.split("FUNCTION SUMMARY (mean):")[1].splitlines()
     # x: 90 ms over 4 threads, 3 calls over 4 threads, as TAU's mean prints them.
     assert " 78.9           22           22        0.75           0      30000 x" in mean
