@@ -28,6 +28,7 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 
 from dlprof.analysis.tau_profile import FunctionSummary, ThreadProfile
+from dlprof.analysis.threads import GPU_ANNOTATIONS
 from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import printable, table_width
 from dlprof.viewers.terminal import time_text
@@ -169,9 +170,13 @@ def format_table(functions: pd.DataFrame, fitted: Fit | None = None) -> list[str
 
 def thread_note(profile: ThreadProfile) -> str:
     """The line under a thread's header naming what TAU's thread number stands for here."""
-    track = f"tid {profile.tid}" if profile.device == "cpu" else f"stream {profile.tid}"
     # The wall time in one plain unit (TAU's own "1:15.412" reads as minutes, not msec).
-    return f"(rank {profile.rank}, pid {profile.pid}, {track}, {profile.device}; wall {time_text(profile.wall_ns)})"
+    wall = f"wall {time_text(profile.wall_ns)}"
+    if profile.role == GPU_ANNOTATIONS:  # Kineto's ranges on a GPU stream, stored beside the CPU's
+        return f"(rank {profile.rank}, GPU annotations, stream {profile.tid}; {wall})"
+    track = f"tid {profile.tid}" if profile.device == "cpu" else f"stream {profile.tid}"
+    role = f"{profile.role}: " if profile.role else ""
+    return f"(rank {profile.rank}, {role}pid {profile.pid}, {track}, {profile.device}; {wall})"
 
 
 def format_tau_profile(
