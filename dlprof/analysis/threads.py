@@ -32,7 +32,8 @@ def thread_roles(run: Run, rank: int | None = None) -> dict[Track, str]:
     """Each CPU thread's role in words, by (rank, pid, tid); threads of no known role are left out.
 
     Returns:
-        ``main``, ``main (pid N)`` for the main thread of another process that ran steps,
+        ``main`` (the first thread that ran steps), ``main (pid N)`` for the first such thread
+        of another process,
         ``autograd``, ``DataLoader worker N`` (from 0, by first activity within the rank),
         ``GPU annotations``, ``profiler overhead``.
     """
@@ -46,16 +47,18 @@ def thread_roles(run: Run, rank: int | None = None) -> dict[Track, str]:
         f"FROM slices WHERE {ON_CPU}{rank_condition(rank)} GROUP BY rank, coalesce(pid, -1), coalesce(tid, -1) "
         "ORDER BY rank, first_ns, pid, tid").rows
     roles: dict[Track, str] = {}
-    main_pid: dict[int, int] = {}
-    for rank_, pid, _tid, _, steps, *_ in rows:
-        if steps and int(rank_) not in main_pid:
-            main_pid[int(rank_)] = int(pid)
+    main_thread: dict[int, tuple[int, int]] = {}  # per rank, the first thread that ran steps
+    for rank_, pid, tid, _, steps, *_ in rows:
+        if steps and int(rank_) not in main_thread:
+            main_thread[int(rank_)] = (int(pid), int(tid))
     workers: dict[int, list[int]] = {}
     for rank_, pid, tid, _, steps, backward, batches, annotated, overhead, slices in rows:
         key = (int(rank_), int(pid), int(tid))
-        main = main_pid.get(key[0])
-        if steps:
-            roles[key] = MAIN if pid == main else f"{MAIN} (pid {pid})"
+        main = main_thread.get(key[0], (None, None))[0]
+        if steps and main_thread.get(key[0]) == (pid, tid):
+            roles[key] = MAIN
+        elif steps and pid != main and not any(r == key[0] and p == pid for r, p, _ in roles):
+            roles[key] = f"{MAIN} (pid {pid})"
         elif backward:
             roles[key] = AUTOGRAD if pid == main else f"{AUTOGRAD} (pid {pid})"
         elif annotated == slices:

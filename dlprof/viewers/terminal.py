@@ -55,6 +55,13 @@ _HEADERS = {
     "rank_median_ns": "Rank median",
     "rank_max_ns": "Rank max",
     "max_rank": "Max rank",
+    "gpu_ns": "GPU time",
+    "kernel_ns": "Kernels",
+    "copy_ns": "Copies",
+    "idle_ns": "Idle",
+    "span_ns": "Span",
+    "busy_pct": "Busy %",
+    "kernel_pct": "Of kernel time %",
 }
 
 # Which columns a table narrower than its content keeps, after the name, the sort column and
