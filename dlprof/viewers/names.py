@@ -25,7 +25,8 @@ from collections.abc import Sequence
 ELLIPSIS = "…"
 NAME_WIDTH = 90  # a name alone (a diff's line, an evidence's place) is cut to this by default
 _MIN_SHORT_NAME = 8  # the least of a name worth showing before its digest
-_TAG_WIDTH = 8  # " ~3fa2c1"
+_MIN_WORD = 8  # the least of a long word shown cut in its middle
+_FEW = 2  # a word no more names hold than this tells them apart: worth cutting rather than dropping
 # Words (letters and digits) and the single characters between them.
 _ATOMS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -180,7 +181,9 @@ def _fit_words(text: str, width: int, holders: Counter[str], total: int) -> str:
     kernel's template, a model's root) ahead of their equals, then the latest (a kernel's tile,
     layout and alignment end its name), then one next to a word already kept. Each is shown in
     its place, what lies between two kept words kept when it holds no dropped word, each gap an
-    ellipsis; a word that would overflow is passed over for the ones after it.
+    ellipsis; a word that would overflow is cut in its middle where it tells the name apart (no
+    more than :data:`_FEW` names hold it) and :data:`_MIN_WORD` of it still fits, else passed
+    over for the ones after it.
     """
     atoms = _ATOMS.findall(text)
     words = [i for i, atom in enumerate(atoms) if _WORD.fullmatch(atom)]
@@ -202,13 +205,21 @@ def _fit_words(text: str, width: int, holders: Counter[str], total: int) -> str:
     kept: set[int] = set()
     left = set(words)
     best = ""
+    shown = list(atoms)
     while left:
         index = min(left, key=lambda i: (rarity[i], -i, not (neighbours[i] & kept)))
         left.discard(index)
-        trial = _render(atoms, kept | {index})
+        trial = _render(shown, kept | {index})
+        over = len(trial) - width
+        if over > 0 and holders[atoms[index]] <= _FEW and len(atoms[index]) - over >= _MIN_WORD:
+            # A long word that tells the name apart is worth its middle: ScaledDot…Backward0.
+            shown[index] = cut_middle(atoms[index], len(atoms[index]) - over)
+            trial = _render(shown, kept | {index})
         if len(trial) <= width:
             kept.add(index)
             best = trial
+        else:
+            shown[index] = atoms[index]
     return best or cut_middle(text, width)
 
 
