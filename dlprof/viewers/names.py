@@ -71,7 +71,7 @@ def readable(name: str) -> str:
         return name
     text = name
     if text.endswith(")") and "<" in text:
-        opening = _matching_open(text, len(text) - 1)
+        opening = _matching(text, len(text) - 1)
         if opening > 0 and "<" in text[:opening]:
             text = text[:opening]
     for pattern, replacement in _READABLE:
@@ -124,8 +124,8 @@ def short_name(name: str, width: int = NAME_WIDTH) -> str:
         return cut_middle(name, width)
     room = width - len(tag)
     short = name
-    if short.endswith(")") and "(" in short:
-        short = short[: _matching_open(short, len(short) - 1)] + "(…)"
+    if short.endswith(")") and (opening := _matching(short, len(short) - 1)) >= 0:
+        short = short[:opening] + "(…)"
     depth = _deepest(short)
     while len(short) > room and depth > 0:
         short = _collapse(short, depth)
@@ -160,7 +160,7 @@ def _signature_spans(text: str) -> list[tuple[int, int]]:
     while (found := _SIGNATURE_START.search(text, at)) is not None:
         end = found.end()
         while end < len(text) and text[end] in "<(":
-            closed = _matching_close(text, end)
+            closed = _matching(text, end)
             if closed < 0:
                 break
             end = closed + 1
@@ -277,31 +277,20 @@ def _tagged(text: str, name: str, width: int, holders: Counter[str], total: int)
     return body + tag
 
 
-def _matching_open(text: str, close: int) -> int:
-    """The index of the bracket that opens the one closing at ``close``."""
-    pairs = {")": "(", ">": "<", "]": "["}
-    closing = text[close]
-    opening = pairs.get(closing, "(")
-    depth = 0
-    for index in range(close, -1, -1):
-        if text[index] == closing:
-            depth += 1
-        elif text[index] == opening:
-            depth -= 1
-            if depth == 0:
-                return index
-    return close
+_PAIRS = {"(": ")", "<": ">", "[": "]"}
 
 
-def _matching_close(text: str, opening_at: int) -> int:
-    """The index of the bracket closing the one at ``opening_at``, or -1."""
-    opening = text[opening_at]
-    closing = {"(": ")", "<": ">", "[": "]"}[opening]
+def _matching(text: str, at: int) -> int:
+    """The index of the bracket that pairs with the one at ``at`` (searching forward from an
+    opening one, backward from a closing one), or -1 where none does."""
+    char = text[at]
+    forward = char in _PAIRS
+    mate = _PAIRS[char] if forward else next((o for o, c in _PAIRS.items() if c == char), "")
     depth = 0
-    for index in range(opening_at, len(text)):
-        if text[index] == opening:
+    for index in range(at, len(text)) if forward else range(at, -1, -1):
+        if text[index] == char:
             depth += 1
-        elif text[index] == closing:
+        elif text[index] == mate:
             depth -= 1
             if depth == 0:
                 return index

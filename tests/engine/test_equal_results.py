@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import dlprof
+from dlprof.advice.ranking import advise
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
 from dlprof.analysis.diff import choose_basis, diff, work_steps
@@ -27,9 +28,10 @@ from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.memory import MemoryGroup, layer_peaks, live_at_peak, memory_peaks
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
+from dlprof.analysis.report_gpu import gpu_overview
 from dlprof.analysis.roofline import RooflineKey, roofline
 from dlprof.analysis.steps import step_report
-from dlprof.analysis.tau_profile import function_summaries, tau_profiles
+from dlprof.analysis.tau_profile import folded_inclusive, function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.analysis.tuning import kernel_summaries
@@ -76,6 +78,9 @@ ANALYSES: dict[str, Analysis] = {
     "work items with layers": lambda run: work_items(run, with_layers=True).table,
     "roofline per kernel": lambda run: roofline(run, RooflineKey.KERNEL).table,
     "estimate on a V100": lambda run: estimate_frames(run, "V100 SXM2"),
+    "advice": lambda run: [dataclasses.asdict(f) for f in advise(run).findings],
+    "GPU overview": gpu_overview,
+    "TAU -others- rows": lambda run: list(folded_inclusive(run, tau_profiles(run), 3)),
 }
 
 
@@ -125,7 +130,7 @@ CASES: dict[str, tuple[str, ...]] = {
                "layer peaks", "step report", "work items with layers", "step report within a region"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
             "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles", "work items with layers",
-            "roofline per kernel", "estimate on a V100"),
+            "roofline per kernel", "estimate on a V100", "advice", "GPU overview", "TAU -others- rows"),
     "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
 }
