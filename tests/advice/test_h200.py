@@ -63,3 +63,19 @@ def test_pageable_copies_are_found_through_the_ops_that_made_them(h200_advice: A
     copies = {f.rule: f for f in h200_advice.findings}["cpu-tensor-copied"]
     assert copies.evidence[0].place == "aten::copy_: Memcpy HtoD (Pageable -> Device)"
     assert "76 copies" in copies.evidence[0].detail
+
+
+def test_advise_shortens_the_kernel_signatures_it_names(
+        h200_run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUTLASS's signatures are 140 characters, at::native's 800: at 80 columns each finding reads
+    in lines of the terminal, the tile and alignment kept; JSON keeps them whole."""
+    from dlprof.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["advise", str(h200_run)]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "::Params" not in out and "128x128_tn_align1" in out
+    assert "ofthetimeitclaimscountedunderlow-utilisation" in "".join(out.split())  # however it wraps
+    assert main(["advise", str(h200_run), "--format", "json"]) == 0
+    assert "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1::Params" in capsys.readouterr().out
