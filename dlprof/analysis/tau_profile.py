@@ -293,7 +293,7 @@ def folded_inclusive(run: Run, profiles: list[ThreadProfile], limit: int, rank: 
         "AS summary_inside FROM marked) "
         f"SELECT {track}, CAST(coalesce(sum(dur_ns) FILTER (WHERE folded AND NOT inside), 0) AS BIGINT), "
         "CAST(coalesce(sum(dur_ns) FILTER (WHERE summary_folded AND NOT summary_inside), 0) AS BIGINT) "
-        f"FROM nested GROUP BY {track}").rows
+        f"FROM nested GROUP BY {track} ORDER BY {track}").rows
     per_thread = {(int(r), int(pid), int(tid), str(d)): int(ns) for r, pid, tid, d, ns, _ in rows}
     return per_thread, sum(int(ns) for *_, ns in rows)
 
