@@ -307,9 +307,11 @@ def raw_flops(event: dict[str, Any]) -> float:
 def expected_scores(path: Path) -> dict[str, float]:
     """Each kernel name's launch-configuration score, from the raw trace and the documented rules.
 
-    Occupancy is time-weighted over calls, registers the most of any call, the grid the median
-    blocks, the launch the shortest runtime call with the kernel's correlation id; the device is
-    an A100 (108 SMs, 2048 threads and 65536 registers per SM).
+    Occupancy is Kineto's estimate time-weighted over the calls it made one for, else the
+    theoretical one of the launch configuration (the longest call's block, the most registers and
+    shared memory); registers the most of any call, the grid the median blocks, the launch the
+    shortest runtime call with the kernel's correlation id; the device is an A100 (108 SMs, 2048
+    threads, 65536 registers and 164 KiB of shared memory per SM).
     """
     with gzip.open(path) as file:
         events = json.load(file)["traceEvents"]
@@ -325,10 +327,20 @@ def expected_scores(path: Path) -> dict[str, float]:
     for name, found in calls.items():
         time_us = sum(e["dur"] for e in found)
         weight = 0.0
-        occupancy = sum(e["args"]["est. achieved occupancy %"] * e["dur"] for e in found) / time_us
+        estimated = [e for e in found if e["args"]["est. achieved occupancy %"] > 0]
+        registers = max(e["args"]["registers per thread"] for e in found)
+        if estimated:
+            occupancy = (sum(e["args"]["est. achieved occupancy %"] * e["dur"] for e in estimated)
+                         / sum(e["dur"] for e in estimated))
+        else:  # Kineto made no estimate: the launch configuration's theoretical occupancy
+            longest = max(found, key=lambda e: e["dur"])
+            warps = math.ceil(math.prod(longest["args"]["block"]) / 32)
+            shared = max(e["args"]["shared memory"] for e in found)
+            blocks = min(2048 // 32 // warps, 32, 65536 // (math.ceil(registers * 32 / 256) * 256 * warps),
+                         167936 // shared if shared else 32)
+            occupancy = 100 * max(blocks, 1) * warps / 64
         if occupancy < 50:
             weight += (50 - occupancy) / 50
-        registers = max(e["args"]["registers per thread"] for e in found)
         if registers > 64:
             weight += 1 - min(1.0, math.floor(65536 / (registers * 32)) * 32 / 2048)
         blocks = statistics.median(math.prod(e["args"]["grid"]) for e in found)

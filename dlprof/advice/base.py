@@ -50,6 +50,25 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """A part of a finding's time at stake, named so that two rules' claims on the same time meet.
+
+    ``key`` names the time (``gpu idle rank 0 cuda:0``, ``kernel <name> on cuda:0``); ``of_ns``
+    is all of that time, and the claim takes ``share`` of it (a fix's assumed saving, or 1 for
+    all of it). Ranking gives a key's time to the findings in rank order: each takes its share
+    of what the ones above it left (:func:`dlprof.advice.ranking.advise`).
+    """
+
+    key: str
+    of_ns: float
+    share: float = 1.0
+
+    @property
+    def ns(self) -> float:
+        return self.of_ns * self.share
+
+
+@dataclass(frozen=True)
 class Finding:
     """A rule that fired: what it saw, what it puts at stake, and what to do."""
 
@@ -63,6 +82,9 @@ class Finding:
     stake_basis: str
     fix: str
     source: str
+    claims: tuple[Claim, ...] = ()  # what the stake is made of; by default the rule's own time
+    shared_ns: float = 0.0  # of the claims, the time rules ranked above claimed first
+    shared_with: tuple[str, ...] = ()  # those rules
 
 
 @dataclass(frozen=True)
@@ -98,12 +120,23 @@ class Rule:
         raise NotImplementedError
 
     def finding(self, severity: Severity, stake_ns: float, summary: str,
-                evidence: Iterable[Evidence]) -> Finding:
+                evidence: Iterable[Evidence], claims: Iterable[Claim] = ()) -> Finding:
         """This rule's finding, its description filled in from the class; the evidence kept to
-        the :data:`EVIDENCE_PLACES` places with most at stake."""
+        the :data:`EVIDENCE_PLACES` places with most at stake.
+
+        Args:
+            severity: how far past the threshold.
+            stake_ns: the time at stake, when no ``claims`` are given (they sum to it).
+            summary: what was measured, against the threshold.
+            evidence: the places, any number.
+            claims: what the stake is made of, where another rule may claim the same time (the
+                GPU's idle time, a kernel's); none: time only this rule counts.
+        """
         top = sorted(evidence, key=lambda e: -e.time_ns)[:EVIDENCE_PLACES]
-        return Finding(self.name, self.title, severity, float(stake_ns), summary, tuple(top),
-                       self.threshold, self.stake_basis, self.fix, self.source)
+        parts = tuple(claims) or (Claim(f"{self.name}: its own", float(stake_ns)),)
+        stake = sum(claim.ns for claim in parts)
+        return Finding(self.name, self.title, severity, stake, summary, tuple(top),
+                       self.threshold, self.stake_basis, self.fix, self.source, parts)
 
 
 _Row = TypeVar("_Row")

@@ -17,8 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from dlprof.advice.base import Need
+from dlprof.advice.base import Claim, Need
 from dlprof.analysis.aggregate import has_device_activity, kinds_present
+from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.gpu import ALL, gpu_breakdown
 from dlprof.analysis.ranks import rank_steps
 from dlprof.analysis.sql import DEVICE_KINDS_SQL, rank_condition
@@ -137,19 +138,78 @@ class RunData:
             ``op``, ``kernel`` (the device slice's name), ``device``, ``calls``, ``dur_ns``; one
             row per op, kernel and device, most time first.
         """
-        names = self.run.engine.dialect.literals(ops)
-        placed = (
-            "SELECT w.id, w.name AS kernel, w.device, w.dur_ns, max_by(o.name, o.depth) AS op FROM slices w "
-            f"JOIN slices r ON r.rank = w.rank AND r.kind = '{Kind.RUNTIME}' AND r.correlation_id = w.correlation_id "
-            "JOIN slices o ON o.rank = r.rank AND o.pid = r.pid AND o.tid = r.tid AND o.start_ns <= r.start_ns "
-            "AND o.start_ns + o.dur_ns >= r.start_ns + r.dur_ns "
-            f"WHERE w.kind IN {DEVICE_KINDS_SQL} AND o.kind = '{Kind.OP}' AND o.name IN {names}{self.where('w.rank')} "
-            "GROUP BY w.id, w.name, w.device, w.dur_ns"
-        )
+        launched = self.device_time_under(f"kind = '{Kind.OP}' AND name IN {self.run.engine.dialect.literals(ops)}")
+        grouped = launched.groupby(["op", "kernel", "device"], as_index=False).agg(
+            calls=("launches", "sum"), dur_ns=("device_ns", "sum"))
+        return grouped.sort_values("dur_ns", ascending=False, ignore_index=True)
+
+    def device_time_under(self, wanted: str) -> pd.DataFrame:
+        """The device work launched inside the slices for which ``wanted`` holds: every kernel,
+        copy and memset under the innermost such slice around its runtime call (``aten::conv2d``
+        for the kernels of the ``cudnn_convolution`` inside it), so no piece counts twice.
+
+        The slices are found by :func:`~dlprof.analysis.ancestry.nearest_ancestor` among the
+        wanted slices and the runtime calls only: a fixed number of sorts, whatever the run's size.
+
+        Args:
+            wanted: a condition over ``slices`` (``kind = 'op' AND name IN (...)``, a range's name).
+
+        Returns:
+            ``op`` (the wanted slice's name), ``input_shapes``, ``input_dtypes``, ``kernel``,
+            ``kind`` and ``device`` (the device slice's), ``calls`` (distinct wanted slices),
+            ``launches`` and ``device_ns``; one row per signature and device slice name, most
+            time first. Empty on a run without device work.
+        """
+        among = f"(kind = '{Kind.RUNTIME}' AND correlation_id IS NOT NULL) OR ({wanted})"
+        enclosing = nearest_ancestor(self.run.engine.dialect, wanted, self.rank, among)
         return self.run.sql(
-            "SELECT op, kernel, device, count(*) AS calls, CAST(sum(dur_ns) AS BIGINT) AS dur_ns "
-            f"FROM ({placed}) AS p GROUP BY op, kernel, device ORDER BY dur_ns DESC"
+            f"WITH enclosing AS ({enclosing}) "
+            "SELECT o.name AS op, o.input_shapes, o.input_dtypes, w.name AS kernel, w.kind, w.device, "
+            "count(DISTINCT o.id) AS calls, count(*) AS launches, CAST(sum(w.dur_ns) AS BIGINT) AS device_ns "
+            f"FROM slices w JOIN slices r ON r.rank = w.rank AND r.kind = '{Kind.RUNTIME}' "
+            "AND r.correlation_id = w.correlation_id "
+            "JOIN enclosing e ON e.rank = r.rank AND e.id = r.id AND e.ancestor_id IS NOT NULL "
+            "JOIN slices o ON o.rank = e.rank AND o.id = e.ancestor_id "
+            f"WHERE w.kind IN {DEVICE_KINDS_SQL}{self.where('w.rank')} "
+            "GROUP BY o.name, o.input_shapes, o.input_dtypes, w.name, w.kind, w.device ORDER BY device_ns DESC"
         )
+
+    def time_spent(self, host_ns: float, device_ns: float) -> float:
+        """The time a fix of host work saves: on a GPU run the device time it launched (the GPU's
+        work is what a step waits for), elsewhere the host time itself."""
+        return float(device_ns) if self.has_device else float(host_ns)
+
+    @property
+    def time_word(self) -> str:
+        """How :meth:`time_spent` reads in a summary: ``GPU time`` or ``time``."""
+        return "GPU time" if self.has_device else "time"
+
+    def kernel_claim(self, kernel: str, device: str, ns: float, share: float = 1.0) -> Claim:
+        """A claim on ``share`` of ``ns`` of a device slice name's time on ``device``: every rule
+        that claims a kernel's time names it alike, so ranking gives no time twice."""
+        total = self.kernel_totals.get((kernel, device), float(ns))
+        return Claim(f"GPU time of {kernel} on {device}", total, share * float(ns) / total if total else 0.0)
+
+    @cached_property
+    def kernel_totals(self) -> dict[tuple[str, str], float]:
+        """Each device slice name's time per GPU (kernels, copies, memsets): what a claim on it is a part of."""
+        rows = self.run.query(
+            "SELECT name, device, CAST(sum(dur_ns) AS BIGINT) FROM slices "
+            f"WHERE kind IN {DEVICE_KINDS_SQL}{self.where()} GROUP BY name, device").rows
+        return {(str(name), str(device)): float(ns or 0) for name, device, ns in rows}
+
+    def idle_claim(self, rank: int, device: str, ns: float) -> Claim:
+        """A claim on ``ns`` of a GPU's idle time in the counted steps (:attr:`gpu_steps`): low
+        utilisation, memory headroom and launch delays all claim that one time."""
+        idle = self.gpu_idle.get((int(rank), str(device)), float(ns))
+        return Claim(f"GPU idle time of rank {rank} {device}", max(idle, float(ns)),
+                     float(ns) / max(idle, float(ns)) if ns else 0.0)
+
+    @cached_property
+    def gpu_idle(self) -> dict[tuple[int, str], float]:
+        """Each GPU's idle time in the counted steps (or its whole span, without steps)."""
+        idle = self.gpu_steps.groupby(["rank", "device"])["idle_ns"].sum()
+        return {(int(rank), str(device)): float(ns) for (rank, device), ns in idle.items()}
 
     def named(self, pattern: str, kind: str | None = None) -> pd.DataFrame:
         """The slices whose name is LIKE ``pattern`` (of one kind, if given), per name.

@@ -21,9 +21,10 @@ import pandas as pd
 from dlprof.advice.base import Finding, Need, Rule, Severity, Skip, duration, evidence_of, percent
 from dlprof.advice.data import RunData
 
-# tensorop (CUTLASS), xmma / hmma / gmma (cuDNN and cuBLAS's tensor-core kernels), the MMA
-# shapes in names (h884, s1688, h16816, i8816), tf32 and half-precision GEMMs.
-_TENSOR = re.compile(r"tensorop|xmma|hmma|wgmma|gmma|[hsib]\d{3,5}gemm|16816|1688|884gemm|tf32|"
+# tensorop (CUTLASS), xmma / hmma / gmma (cuDNN and cuBLAS's tensor-core kernels), nvjet (cuBLAS's
+# generated Hopper kernels, all on tensor cores), the MMA shapes in names (h884, s1688, h16816,
+# i8816), tf32 and half-precision GEMMs.
+_TENSOR = re.compile(r"tensorop|xmma|hmma|wgmma|gmma|nvjet|[hsib]\d{3,5}gemm|16816|1688|884gemm|tf32|"
                      r"(?:fp16|bf16|f16)\w*(?:gemm|conv)", re.IGNORECASE)
 # Single-precision SIMT GEMMs and convolutions: sgemm, scudnn, complex-FP32 (fft) convolutions.
 _FP32 = re.compile(r"sgemm|scudnn|gcgemm|cgemm|fft2d|winograd|implicit_convolve_sgemm|_s\d+x\d+_(?:nn|nt|tn|tt)\b",
@@ -91,4 +92,6 @@ class GemmUnitsRule(Rule):
         summary = (f"{duration(spent)} of {duration(total)} GEMM and convolution kernel time "
                    f"({percent(spent, total)}) ran on {', '.join(sorted(set(missed['units'])))}")
         severity = Severity.HIGH if spent >= 0.5 * total else Severity.MODERATE
-        return self.finding(severity, spent * self.expected_saving, summary, evidence)
+        claims = [data.kernel_claim(str(r["name"]), str(r["device"]), float(r["dur_ns"]), self.expected_saving)
+                  for r in missed.to_dict("records")]
+        return self.finding(severity, spent * self.expected_saving, summary, evidence, claims)

@@ -24,8 +24,14 @@ Each device slice is predicted on its own (:func:`predict_item`):
   memory bandwidth.
 - Collectives are excluded (their time depends on the other ranks and the network) and listed.
 
-A step's predicted time is its measured time plus the change in its device time: the GPU's work
-is taken to be on the step's critical path, and the CPU's time is unchanged.
+A GEMM far below its roof on the source (under :data:`LOW_EFFICIENCY` of it: an ``align1``
+fallback, a kernel built for an older architecture) is not held by the roof, so the roof ratio
+does not scale it: it is wave-scaled. Work in a format the target has no tensor cores for runs on
+its vector units (bf16 on a V100), and the estimate says so (:attr:`Estimate.warnings`).
+
+A step's predicted time follows its critical path (:mod:`dlprof.analysis.critical_path`): the
+host's launches stay where they were and each stream's work is replayed with its new times, so a
+host-bound step stays host-bound, its idle GPU absorbing slower kernels.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from dlprof.analysis.critical_path import step_paths
 from dlprof.analysis.efficiency import is_gemm, roof_seconds, work_class
 from dlprof.analysis.math_modes import MathMode
 from dlprof.analysis.roofline import Bound
@@ -47,11 +54,13 @@ from dlprof.analysis.traffic import parse_list
 from dlprof.analysis.wave_scaling import Launch, is_sub_wave, wave_scaled_ns
 from dlprof.analysis.work_items import work_items
 from dlprof.hardware.calibration import OpClass
-from dlprof.hardware.devices import Device
+from dlprof.hardware.devices import Device, Precision
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
 OP_COLUMNS = ["op", "shapes", "calls", "source_ns", "target_ns", "method", "bound"]
+# A GEMM under this share of its roof on the source is held by something else than the roof.
+LOW_EFFICIENCY = 0.25
 _COLLECTIVE = re.compile(r"^(nccl|rccl)|^c10d::|^gloo:", re.IGNORECASE)
 
 
@@ -106,6 +115,7 @@ class Estimate:
     predicted_ns: int  # device time a model predicted, on the source
     total_ns: int  # all device time on the source
     assumptions: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # what the target cannot do as the source did (tensor cores)
 
     @property
     def coverage(self) -> float:
@@ -118,6 +128,11 @@ class Estimate:
     @property
     def median_target_step_ns(self) -> float | None:
         return float(self.steps["target_ns"].median()) if len(self.steps) else None
+
+
+def _count(value: Any) -> int:
+    """A launch figure as an integer, 0 where the trace has none (None, NaN, pandas' NA)."""
+    return 0 if value is None or pd.isna(value) else int(value)
 
 
 def _dims(text: Any) -> int:
@@ -154,7 +169,7 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
     flops, moved, mode = float(item.flops), float(item.bytes), item.mode
     known = flops == flops and flops > 0
     intensity = flops / moved if known and moved == moved and moved > 0 else None
-    target_mode = mode.on(target)
+    target_mode = mode_on(mode, target)
     ridge = target.ridge_point(target_mode.precision)
     bound = None if intensity is None or ridge is None else (Bound.MEMORY if intensity < ridge else Bound.COMPUTE)
     op_name = item.op_name if isinstance(item.op_name, str) else None
@@ -168,17 +183,53 @@ def predict_item(item: Any, origin: Device, target: Device, method: Method,
             # The source's own efficiency is what it achieved: the prediction becomes the
             # target's roof time over the target's measured efficiency.
             at_origin = at_source / (time / 1e9)
-        if at_source and at_target and (at_goal is not None or target_mode == mode or not gemm):
+        held_elsewhere = gemm and at_goal is None and far_below_roof(at_source, time)
+        if at_source and at_target and (at_goal is not None or target_mode == mode or not gemm) and not held_elsewhere:
             ratio = at_target / at_source
             if at_origin is not None and at_goal is not None:
                 ratio *= at_origin / at_goal
             return time * ratio, Treatment.ROOFLINE, bound
     blocks, threads = _dims(item.grid), _dims(item.block)
     if blocks and threads and method is Method.WAVE:
-        launch = Launch(blocks, threads, int(item.registers or 0), int(item.shared_memory or 0))
+        launch = Launch(blocks, threads, _count(item.registers), _count(item.shared_memory))
         predicted = wave_scaled_ns(time, origin, target, launch, intensity, target_mode.precision)
         return predicted, Treatment.SUB_WAVE if is_sub_wave(origin, launch) else Treatment.WAVE, bound
     return time * origin.memory_bandwidth / target.memory_bandwidth, Treatment.BANDWIDTH, Bound.MEMORY
+
+
+def mode_on(mode: MathMode, target: Device) -> MathMode:
+    """The mode ``mode``'s work takes on ``target``: :meth:`MathMode.on`, except that bf16 on a
+    GPU without bf16 tensor cores (before Ampere) runs on its vector units, as cuBLAS runs it
+    there, not on its fp16 tensor cores."""
+    if mode.tensor_core and mode.precision is Precision.BF16 and not target.peak_flops(Precision.BF16):
+        return MathMode(Precision.FP32, False)
+    return mode.on(target)
+
+
+def far_below_roof(roof_s: float | None, time_ns: float) -> bool:
+    """Whether work that the roof allows in ``roof_s`` seconds, measured at ``time_ns``, ran under
+    :data:`LOW_EFFICIENCY` of its roof."""
+    return bool(roof_s) and time_ns > 0 and float(roof_s or 0) / (time_ns / 1e9) < LOW_EFFICIENCY
+
+
+def tensor_core_warnings(items: pd.DataFrame, target: Device) -> tuple[str, ...]:
+    """One line per format the run used tensor cores for and the target has none for, with the
+    device time concerned and where the target runs it."""
+    lines = []
+    timed = items.dropna(subset=["time_ns"])
+    for mode, part in timed.groupby(timed["mode"].map(lambda m: m.label), sort=True):
+        used = MathMode.from_label(str(mode))
+        if not used.tensor_core or target.peak_flops(used.precision):
+            continue
+        on_target = mode_on(used, target)
+        lines.append(f"{used.precision}: {target.name} has no {used.precision} tensor cores; "
+                     f"{_ms(part['time_ns'].sum())} of {used.label} work is predicted on its {on_target.label}"
+                     f"{' units' if not on_target.tensor_core else 's'}")
+    return tuple(lines)
+
+
+def _ms(ns: float) -> str:
+    return f"{float(ns) / 1e6:,.1f} ms"
 
 
 def assumptions(method: Method, efficiencies: Efficiencies, source: Device, target: Device) -> tuple[str, ...]:
@@ -192,9 +243,13 @@ def assumptions(method: Method, efficiencies: Efficiencies, source: Device, targ
         "against the target's ridge point; kernels of one wave or less: clock ratio and the target's waves"
         if method is Method.WAVE else "other kernels: the ratio of the two roofs at the kernel's intensity",
         "kernels with unknown FLOPs are taken as memory-bound",
+        f"GEMMs under {LOW_EFFICIENCY:.0%} of their roof on the source are wave-scaled: something else than the "
+        "roof holds them (an alignment fallback, a kernel for an older architecture)",
         "host-device copies scale with PCIe bandwidth, device copies and memsets with memory bandwidth",
         "collectives are excluded and unchanged (they depend on the other ranks and the network)",
-        "a step changes by its device time's change: the GPU is on the critical path, the CPU's time is unchanged",
+        "a step follows its critical path: the host's launches stay where they were, each stream's work is "
+        "replayed with its new times (a host-bound step's idle GPU absorbs slower kernels; a faster GPU gives "
+        "back at most the host's waits for it); dependencies between streams are not seen",
     ]
     return tuple(stated)
 
@@ -236,21 +291,6 @@ def _op_rows(items: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["source_ns", "op"], ascending=[False, True], ignore_index=True)
 
 
-def _steps(run: Run, items: pd.DataFrame, rank: int | None) -> pd.DataFrame:
-    from dlprof.analysis.sql import rank_condition
-
-    steps = run.sql(f"SELECT rank, name AS step, start_ns, dur_ns FROM slices WHERE kind = '{Kind.STEP}'"
-                    f"{rank_condition(rank)} ORDER BY rank, start_ns")
-    rows = []
-    change = items["target_ns"].fillna(items["time_ns"]).astype("float64") - items["time_ns"].astype("float64")
-    for step in steps.itertuples(index=False):
-        inside = (items["rank"] == step.rank) & (items["launch_ns"] >= step.start_ns) & (
-            items["launch_ns"] < step.start_ns + step.dur_ns)
-        rows.append({"rank": step.rank, "step": step.step, "source_ns": int(step.dur_ns),
-                     "target_ns": round(float(step.dur_ns + change[inside].sum()))})
-    return pd.DataFrame(rows, columns=["rank", "step", "source_ns", "target_ns"])
-
-
 def estimate(run: Run, target: Device, method: Method = Method.WAVE, rank: int | None = None,
              efficiencies: Efficiencies | None = None, source_name: str | None = None) -> Estimate:
     """Predict a GPU run's device time and steps on ``target``.
@@ -277,8 +317,9 @@ def estimate(run: Run, target: Device, method: Method = Method.WAVE, rank: int |
     excluded_rows = (excluded.groupby("name", sort=False)["time_ns"].agg(["count", "sum"]).reset_index()
                      .rename(columns={"count": "calls", "sum": "time_ns"}).sort_values("time_ns", ascending=False))
     predicted_ns = int(items.loc[items["treatment"] != Treatment.EXCLUDED, "time_ns"].sum())
-    return Estimate(source, target, method, _op_rows(items), _steps(run, items, rank), excluded_rows,
-                    predicted_ns, found.total_ns, assumptions(method, measured, source, target))
+    return Estimate(source, target, method, _op_rows(items), step_paths(run, items, rank), excluded_rows,
+                    predicted_ns, found.total_ns, assumptions(method, measured, source, target),
+                    tensor_core_warnings(items, target))
 
 
 def relative_error(predicted: Sequence[float], measured: Sequence[float]) -> float:

@@ -26,7 +26,8 @@ _TENSOR_TOKENS: list[tuple[re.Pattern[str], Precision | None]] = [
     (re.compile(r"bf16.*(tensorop|gmma|mma|s16816)|(tensorop|gmma|mma).*bf16"), Precision.BF16),
     (re.compile(r"s1688|s16816|tf32|tensorop_s"), Precision.TF32),
     (re.compile(r"h884|h1688|h16816|hmma|tensorop_h|f16.*gmma|gmma.*f16"), Precision.FP16),
-    (re.compile(r"wgmma|gmma|xmma|tensorop"), None),
+    # nvjet: cuBLAS's generated Hopper GEMMs, on tensor cores in the inputs' format.
+    (re.compile(r"wgmma|gmma|xmma|tensorop|nvjet"), None),
 ]
 _VECTOR_TOKENS: list[tuple[re.Pattern[str], Precision]] = [
     (re.compile(r"dgemm|double"), Precision.FP64),

@@ -25,9 +25,11 @@ from dlprof.analysis.aggregate import default_sort, top
 from dlprof.analysis.derived import BUILTINS, derived_metrics
 from dlprof.analysis.energy import NO_POWER, energy_summary, step_energy
 from dlprof.analysis.memory import MemoryGroup, live_at_peak, memory_peaks
+from dlprof.analysis.report_gpu import gpu_overview, top_advice
 from dlprof.analysis.roofline import roofline_chart
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
 from dlprof.analysis.steps import step_report
+from dlprof.analysis.threads import GPU_ANNOTATIONS, thread_roles
 from dlprof.analysis.tuning import tuning_candidates
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -53,7 +55,8 @@ class ReportLimits:
 
 # Called with the name of each stage as it starts, so a caller can show progress.
 Progress = Callable[[str], None]
-STAGES = ("summary", "steps", "tables", "timeline", "memory", "counters", "metrics", "tuning", "roofline")
+STAGES = ("summary", "gpu", "advice", "steps", "tables", "timeline", "memory", "counters", "metrics", "tuning",
+          "roofline")
 
 
 def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progress | None = None) -> dict[str, Any]:
@@ -66,6 +69,7 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
 
     Returns:
         A dict of plain values (str, int, float, None, lists, dicts) with keys ``summary``,
+        ``gpu`` and ``advice`` (what the page opens with: :mod:`dlprof.analysis.report_gpu`),
         ``steps``, ``tables``, ``timeline``, ``memory``, ``counters``, ``metrics``, ``tuning`` and ``roofline``.
         Times are nanoseconds; timeline and curve times are offsets from ``summary.t0_ns``.
     """
@@ -73,6 +77,10 @@ def report_data(run: Run, limits: ReportLimits = ReportLimits(), progress: Progr
     report("summary")
     t0 = _origin(run)
     data: dict[str, Any] = {"summary": _summary(run, t0)}
+    report("gpu")
+    data["gpu"] = gpu_overview(run)
+    report("advice")
+    data["advice"] = top_advice(run)
     report("steps")
     data["steps"] = _steps(run, t0)
     report("tables")
@@ -255,8 +263,10 @@ def timeline(run: Run, t0: int, budget: int) -> dict[str, Any]:
     kinds, kind_index = np.unique(kept["kind"].to_numpy(), return_inverse=True)
     lanes = depth.groupby(kept["track"]).max()
     ranked = len(run.manifest.ranks) > 1
+    roles = thread_roles(run)
     listed = [
-        {"label": _track_label(int(r), str(p), int(pid), int(lane), ranked), "rank": int(r), "device": str(p),
+        {"label": _track_label(int(r), str(p), int(pid), int(lane), ranked, roles.get((int(r), int(pid), int(lane)))),
+         "rank": int(r), "device": str(p),
          "depth": int(lanes.get(number, 0)) + 1, "total": int(total)}
         for number, (r, p, pid, lane, total) in enumerate(
             tracks[["rank", "place", "pid", "lane", "total"]].itertuples(index=False))
@@ -288,11 +298,15 @@ def _shares(sizes: list[int], budget: int) -> list[int]:
     return share
 
 
-def _track_label(rank: int, device: str, pid: int, lane: int, ranked: bool) -> str:
+def _track_label(rank: int, device: str, pid: int, lane: int, ranked: bool, role: str | None = None) -> str:
+    """A track named as a person knows it: ``cuda:0 stream 7``, ``main``, ``autograd``,
+    ``DataLoader worker 0``; a thread of no known role by its numbers."""
     prefix = f"rank {rank} · " if ranked else ""
     if device != "cpu":
         return f"{prefix}{device} stream {lane}"
-    return f"{prefix}pid {pid} thread {lane}"
+    if role == GPU_ANNOTATIONS:
+        return f"{prefix}GPU annotations (stream {lane})"
+    return f"{prefix}{role}" if role else f"{prefix}pid {pid} thread {lane}"
 
 
 def downsample(ts: np.ndarray, values: np.ndarray, points: int, how: str = "max") -> tuple[list[int], list[float]]:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from dlprof.analysis.ancestry import nested_in_same
 from dlprof.analysis.sql import rank_condition, scope_layer_calls_sql
+from dlprof.analysis.threads import thread_roles
 from dlprof.store.reader import Run
 
 # The columns of a TAU profile table, in order; times in nanoseconds.
@@ -68,9 +69,12 @@ class ThreadProfile:
     wall_ns: int  # from the first slice's start to the last slice's end on this track
     functions: pd.DataFrame  # PROFILE_COLUMNS, by inclusive time, descending
 
-    def head(self, limit: int | None) -> Self:
-        """This profile with at most ``limit`` rows, the rest summed into one ``-others-`` row."""
-        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns))
+    role: str = ""  # what the thread was (:func:`~dlprof.analysis.threads.thread_roles`), if known
+
+    def head(self, limit: int | None, others_ns: float | None = None) -> Self:
+        """This profile with at most ``limit`` rows, the rest summed into one ``-others-`` row
+        (its inclusive time ``others_ns`` where :func:`folded_inclusive` measured it)."""
+        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns, others_ns))
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,9 +86,9 @@ class FunctionSummary:
     wall_ns: float  # the threads' wall times, summed or averaged alike
     functions: pd.DataFrame  # PROFILE_COLUMNS; calls and times are fractional in the mean
 
-    def head(self, limit: int | None) -> Self:
+    def head(self, limit: int | None, others_ns: float | None = None) -> Self:
         """This summary with at most ``limit`` rows, the rest summed into one ``-others-`` row."""
-        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns))
+        return dataclasses.replace(self, functions=fold_others(self.functions, limit, self.wall_ns, others_ns))
 
 
 def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
@@ -138,6 +142,7 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
     columns = ["name", "exclusive_ns", "inclusive_ns", "calls", "subrs"]
     tables = {key: table[columns].astype({c: "int64" for c in columns[1:]})
               for key, table in by_name.groupby(THREAD_KEYS, sort=False)}
+    roles = thread_roles(run, rank)
     profiles = []
     for track in tracks.itertuples(index=False):
         key = (track.rank, track.pid, track.tid, track.device)
@@ -150,6 +155,7 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
                 device=str(track.device),
                 wall_ns=int(track.wall_ns),
                 functions=_finish(tables[key], float(track.wall_ns)),
+                role=roles.get((int(track.rank), int(track.pid), int(track.tid)), "") if track.device == "cpu" else "",
             )
         )
     return profiles
@@ -207,16 +213,20 @@ def function_summaries(profiles: list[ThreadProfile]) -> list[FunctionSummary]:
     ]
 
 
-def fold_others(functions: pd.DataFrame, limit: int | None, wall_ns: float) -> pd.DataFrame:
+def fold_others(functions: pd.DataFrame, limit: int | None, wall_ns: float,
+                inclusive_ns: float | None = None) -> pd.DataFrame:
     """The first ``limit`` rows of a TAU profile table and, below them, the rest summed as ``-others-``.
 
-    This is what TAU's ``pprof -n`` prints. The ``-others-`` row's inclusive time is a plain sum,
-    so it counts twice a slice nested in another folded one, as TAU's does.
+    This is what TAU's ``pprof -n`` prints. TAU's ``-others-`` inclusive time is a plain sum, which
+    counts a slice nested in another folded one twice and can read over 100%; given the time the
+    folded slices cover (``inclusive_ns``, :func:`folded_inclusive`), that is shown instead.
 
     Args:
         functions: a table with :data:`PROFILE_COLUMNS`, sorted.
         limit: rows to keep (None or 0: all, and no ``-others-`` row).
         wall_ns: the wall time the percentages are of.
+        inclusive_ns: the folded rows' inclusive time, each nested slice counted once; None for
+            the plain sum.
 
     Returns:
         A table with at most ``limit + 1`` rows.
@@ -225,7 +235,7 @@ def fold_others(functions: pd.DataFrame, limit: int | None, wall_ns: float) -> p
         return functions
     rest = functions.iloc[limit:]
     calls = rest["calls"].sum()
-    inclusive = rest["inclusive_ns"].sum()
+    inclusive = rest["inclusive_ns"].sum() if inclusive_ns is None else inclusive_ns
     others = pd.DataFrame(
         {
             "name": [OTHERS],
@@ -239,6 +249,53 @@ def fold_others(functions: pd.DataFrame, limit: int | None, wall_ns: float) -> p
     )
     kept = functions.iloc[:limit]
     return pd.concat([kept, others.astype(kept.dtypes.to_dict())], ignore_index=True)
+
+
+def folded_inclusive(run: Run, profiles: list[ThreadProfile], limit: int, rank: int | None = None
+                     ) -> tuple[dict[tuple[int, int, int, str], int], int]:
+    """The time the rows each ``-others-`` row folds cover, a slice nested in another folded one
+    counted once: per thread (names past its ``limit`` first), and over all threads for the
+    total summary (names past the summary's ``limit`` first).
+
+    Args:
+        run: the run.
+        profiles: every thread's profile, whole (:func:`tau_profiles`).
+        limit: the rows each table keeps.
+        rank: the rank the profiles are of (None: every rank).
+
+    Returns:
+        Per thread (:data:`THREAD_KEYS`), and for the total summary, the folded slices' time.
+    """
+    dialect = run.engine.dialect
+    kept = [(p.rank, p.pid, p.tid, p.device, str(name)) for p in profiles for name in p.functions["name"].head(limit)]
+    total = function_summaries(profiles)
+    summary_kept = list(total[0].functions["name"].head(limit)) if total else []
+    if not kept:
+        return {}, 0
+    listed = " UNION ALL ".join(
+        f"SELECT {r} AS rank, {pid} AS pid, {tid} AS tid, {dialect.literal(d)} AS device, {dialect.literal(n)} AS name"
+        for r, pid, tid, d, n in kept)
+    in_summary = dialect.literals(tuple(summary_kept)) if summary_kept else "('')"
+    track = "rank, pid, tid, device"
+    marked = (
+        "SELECT s.rank, coalesce(s.pid, 0) AS pid, coalesce(s.tid, 0) AS tid, coalesce(s.device, '') AS device, "
+        "s.start_ns, coalesce(s.dur_ns, 0) AS dur_ns, coalesce(s.depth, 0) AS depth, s.id, "
+        "k.name IS NULL AS folded, coalesce(s.name, '') NOT IN " + in_summary + " AS summary_folded "
+        "FROM slices s LEFT JOIN (" + listed + ") AS k ON k.rank = s.rank AND k.pid = coalesce(s.pid, 0) "
+        "AND k.tid = coalesce(s.tid, 0) AND k.device = coalesce(s.device, '') AND k.name = coalesce(s.name, '') "
+        f"WHERE TRUE{rank_condition(rank, 's.rank')}"
+    )
+    ends = "max(start_ns + dur_ns) OVER (PARTITION BY {track}, {flag} ORDER BY start_ns, dur_ns DESC, depth, id " \
+           "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    rows = run.query(
+        f"WITH marked AS ({marked}), nested AS (SELECT *, coalesce({ends.format(track=track, flag='folded')} "
+        f"> start_ns, FALSE) AS inside, coalesce({ends.format(track=track, flag='summary_folded')} > start_ns, FALSE) "
+        "AS summary_inside FROM marked) "
+        f"SELECT {track}, CAST(coalesce(sum(dur_ns) FILTER (WHERE folded AND NOT inside), 0) AS BIGINT), "
+        "CAST(coalesce(sum(dur_ns) FILTER (WHERE summary_folded AND NOT summary_inside), 0) AS BIGINT) "
+        f"FROM nested GROUP BY {track} ORDER BY {track}").rows
+    per_thread = {(int(r), int(pid), int(tid), str(d)): int(ns) for r, pid, tid, d, ns, _ in rows}
+    return per_thread, sum(int(ns) for *_, ns in rows)
 
 
 def _finish(table: pd.DataFrame, wall_ns: float) -> pd.DataFrame:

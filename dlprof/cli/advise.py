@@ -11,7 +11,7 @@ from dataclasses import asdict
 import click
 import pandas as pd
 
-from dlprof.advice.base import Finding
+from dlprof.advice.base import Finding, duration
 from dlprof.advice.ranking import Advice, advise
 from dlprof.advice.registry import rule_names, rules
 from dlprof.cli.common import (
@@ -25,8 +25,9 @@ from dlprof.cli.common import (
 )
 from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import TableFormat
-from dlprof.viewers.screen import wrapped
-from dlprof.viewers.terminal import readable_columns, time_text, write_table
+from dlprof.viewers.names import signatures_shortened
+from dlprof.viewers.screen import table_width, wrapped
+from dlprof.viewers.terminal import readable_columns, write_table
 
 HELP = """What to change in a program, ranked by the time at stake.
 
@@ -78,13 +79,13 @@ def command(run: str | None, rank: int | None, names: tuple[str, ...], everythin
     title = f"{loaded.path.name} ({loaded.status})"
     if shown:
         write_table(_findings_table(shown), f"{title}: findings, most time at stake first", TableFormat.TABLE,
-                    keep=("#", "Rule"))
+                    keep=("#", "Rule", "At stake", "Finding"))
         for number, finding in enumerate(shown, start=1):
             _write_finding(number, finding)
     else:
         click.echo(f"{title}: no rule found anything to change ({len(advice.passed)} rules judged the run)")
     if advice.skipped:
-        skipped = pd.DataFrame({"Rule": [s.rule for s in advice.skipped], "Skipped because": [s.reason for s in advice.skipped]})
+        skipped = pd.DataFrame({"Rule": [s.rule for s in advice.skipped], "Reason": [s.reason for s in advice.skipped]})
         write_table(skipped, f"{title}: rules skipped", TableFormat.TABLE)
     return 0
 
@@ -97,19 +98,31 @@ def _findings_table(findings: tuple[Finding, ...]) -> pd.DataFrame:
         "stake_ns": [f.stake_ns for f in findings],
         "title": [f.title for f in findings],
     })
-    return readable_columns(table, ["#", "rule"], [[("stake_ns", "At stake")]]).assign(
-        Severity=table["severity"], name=table["title"])
+    return readable_columns(table, ["#", "rule", "severity"], [[("stake_ns", "At stake")]]).assign(
+        Finding=table["title"])
+
+
+def stake_text(finding: Finding) -> str:
+    """``1.43 s at stake``, and the part rules ranked above claimed first, by whom."""
+    text = f"{duration(finding.stake_ns)} at stake"
+    if finding.shared_ns > 0:
+        text += (f" ({duration(finding.shared_ns)} of the time it claims counted under "
+                 f"{', '.join(finding.shared_with) or 'the findings above'})")
+    return text
 
 
 def _write_finding(number: int, finding: Finding) -> None:
-    """A finding's details under its number: what was seen, where, and what to do."""
+    """A finding's details under its number: what was seen, where, and what to do; C++
+    signatures cut to the width (whole in JSON)."""
     out = sys.stdout
+    width = table_width(out)
+    short = (lambda text: signatures_shortened(text, max(width - 12, 30))) if width else (lambda text: text)
     click.echo()
     click.echo(wrapped(f"{number}. {finding.title} ({finding.rule}, {finding.severity}): "
-                       f"{time_text(finding.stake_ns)} at stake", out, indent="   "))
-    click.echo(wrapped(f"   Seen: {finding.summary}", out, indent="         "))
+                       f"{stake_text(finding)}", out, indent="   "))
+    click.echo(wrapped(f"   Seen: {short(finding.summary)}", out, indent="         "))
     for evidence in finding.evidence:
-        click.echo(wrapped(f"     - {evidence.place}: {evidence.detail}", out, indent="       "))
+        click.echo(wrapped(f"     - {short(evidence.place)}: {short(evidence.detail)}", out, indent="       "))
     for label, text in (("Threshold", finding.threshold), ("At stake", finding.stake_basis),
                         ("Fix", finding.fix), ("Source", finding.source)):
         click.echo(wrapped(f"   {label}: {text}", out, indent="     "))

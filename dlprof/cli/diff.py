@@ -28,8 +28,9 @@ from dlprof.cli.table_options import format_option, kind_option, limit_option, w
 from dlprof.keys import DiffBasis, TableFormat
 from dlprof.store.reader import Run
 from dlprof.viewers.diff import energy_lines, render_diff
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import printable
-from dlprof.viewers.terminal import short_name, time_text, time_unit, write_table
+from dlprof.viewers.terminal import time_text, time_unit, write_table
 
 HELP = """Compare two runs op by op and kernel by kernel: calls, time, average time per call
 and share of each name in A and in B, and the change, largest first; names new in B or gone

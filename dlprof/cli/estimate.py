@@ -85,11 +85,31 @@ def _summary(found: Estimate) -> list[str]:
     if step is not None and target_step is not None:
         lines.append(f"median step: {time_text(step)} measured -> {time_text(target_step)} predicted "
                      f"({target_step / step:.2f}x)")
+        lines.append(_bounds(found))
     else:
         lines.append("median step: the run has no steps")
     lines.append(f"coverage: {100 * found.coverage:.1f}% of device time predicted; "
                  f"{time_text(found.total_ns - found.predicted_ns)} of collectives left as measured")
+    lines += [f"warning: {line}" for line in found.warnings]
     return lines
+
+
+def _bounds(found: Estimate) -> str:
+    """What holds the steps back, on the source and on the target: the GPU's busy share of the
+    steps (median and quartiles, so that a warm-up or a stalled step does not decide it) and
+    the bound most steps have."""
+    steps = found.steps
+    held = {"host": "host-bound", "GPU": "GPU-bound"}
+
+    def share(column: str) -> str:
+        low, median, high = (steps[column].quantile(q) for q in (0.25, 0.5, 0.75))
+        return f"{median:.0f}% (quartiles {low:.0f}-{high:.0f}%)"
+
+    source = held[str(steps["bound"].mode().iloc[0])]
+    target = held[str(steps["target_bound"].mode().iloc[0])]
+    stays = "stays" if source == target else "becomes"
+    return (f"critical path: the GPU is busy {share('busy_pct')} of each step on {found.source.name}, "
+            f"{source}; on {found.target.name} {share('target_busy_pct')}: the run {stays} {target}")
 
 
 def print_estimate(loaded: Run, found: Estimate, limit: int, fmt: TableFormat) -> None:

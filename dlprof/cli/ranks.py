@@ -13,8 +13,9 @@ from dlprof.cli.common import UsageError, engine_option, open_run, run_argument,
 from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import wrapped
-from dlprof.viewers.terminal import readable_columns, short_name, write_table
+from dlprof.viewers.terminal import readable_columns, write_table
 
 HELP = f"""Compare the ranks of a distributed run: step times, compute against communication
 against idle time, how much communication computation hides, and stragglers.

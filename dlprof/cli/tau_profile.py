@@ -10,7 +10,9 @@ from dlprof.analysis.aggregate import kinds_present
 from dlprof.analysis.tau_profile import (
     PROFILE_COLUMNS,
     FunctionSummary,
+    SummaryKind,
     ThreadProfile,
+    folded_inclusive,
     function_summaries,
     tau_profiles,
 )
@@ -67,8 +69,11 @@ def command(run: str | None, rank: int | None, limit: int, fmt: str) -> int:
         profiles = tau_profiles(loaded, rank=rank)
     except ValueError as error:
         raise UsageError(f"{loaded.path}: {error}") from None
-    summaries = [s.head(limit or None) for s in function_summaries(profiles)]
-    shown = [p.head(limit or None) for p in profiles]
+    # Each -others- row's inclusive time is what its slices cover, a nested one counted once.
+    per_thread, folded_total = folded_inclusive(loaded, profiles, limit, rank) if limit else ({}, 0)
+    summaries = [s.head(limit or None, (folded_total if s.kind is SummaryKind.TOTAL else folded_total / s.threads)
+                        if limit else None) for s in function_summaries(profiles)]
+    shown = [p.head(limit or None, per_thread.get((p.rank, p.pid, p.tid, p.device))) for p in profiles]
     if TableFormat(fmt) is not TableFormat.TABLE:
         write_table(profile_rows(shown, summaries), "", TableFormat(fmt))
         return 0

@@ -12,8 +12,9 @@ from dlprof.analysis.tuning import Basis, tuning_candidates
 from dlprof.cli.common import UsageError, engine_option, open_run, run_argument, runs_dir_option
 from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.keys import PROFILER_RANGE, TableFormat
+from dlprof.viewers.names import distinct_names
 from dlprof.viewers.screen import printable, table_width, wrapped
-from dlprof.viewers.terminal import short_name, write_table
+from dlprof.viewers.terminal import time_text, write_table
 
 HELP = """Rank a run's kernels by how much tuning them may gain, and say why.
 
@@ -70,6 +71,7 @@ def command(run: str | None, limit: int, fmt: str) -> int:
         write_table(shown.assign(score=[f"{s:.3g}" for s in table["score"]]), title, table_format,
                     sort="score", keep=("rank",))
         _write_reasons(table)
+        _write_collectives(found.collectives)
         return 0
     if table_format is TableFormat.CSV:
         table = table.assign(reasons=table["reasons"].map("; ".join),
@@ -80,9 +82,21 @@ def command(run: str | None, limit: int, fmt: str) -> int:
 
 def _write_reasons(table: pd.DataFrame) -> None:
     """Each candidate's reasons under its rank, below the table (a cell would crush them),
-    wrapped to the tables' width."""
+    wrapped to the tables' width; the names shortened together, as in the table."""
     width = table_width(sys.stdout)
-    for rank, name, reasons in zip(table["rank"], table["name"], table["reasons"], strict=True):
-        click.echo(printable(f"{rank:>4}  {short_name(str(name), width - 6) if width else name}"))
+    names = [str(n) for n in table["name"]]
+    shown = distinct_names(names, width - 6) if width else names
+    for rank, name, reasons in zip(table["rank"], shown, table["reasons"], strict=True):
+        click.echo(printable(f"{rank:>4}  {name}"))
         for reason in reasons:
             click.echo(wrapped(f"        - {reason}", sys.stdout, indent=" " * 10))
+
+
+def _write_collectives(collectives: pd.DataFrame) -> None:
+    """The collective kernels left out of the ranking, and why."""
+    if collectives.empty:
+        return
+    total = time_text(float(collectives["self_ns"].sum()))
+    click.echo(wrapped(f"Left out: {len(collectives)} collective kernel name(s) ({total}; NCCL or RCCL): "
+                       "their time waits on the other ranks, which no launch configuration explains; "
+                       "dlprof ranks shows who held them up.", sys.stdout, indent="  "))

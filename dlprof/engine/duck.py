@@ -14,7 +14,9 @@ the largest analyses faster (about twice, on 10 million events) at the cost of m
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -88,7 +90,7 @@ class DuckDBEngine(Engine):
         except duckdb.OutOfMemoryException:
             memory = os.environ.get(MEMORY_VARIABLE, "").strip() or DEFAULT_MEMORY
             raise EngineError(f"DuckDB needed more than its {memory} even spilling to disk; "
-                              f"raise it, e.g. {MEMORY_VARIABLE}=1GB") from None
+                              f"raise it, e.g. {MEMORY_VARIABLE}={larger_memory(memory)}") from None
         except duckdb.IOException as error:
             raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
         except duckdb.InvalidInputException as error:
@@ -126,6 +128,29 @@ class DuckDBEngine(Engine):
 
     def close(self) -> None:
         self.connection.close()
+
+
+# DuckDB's memory units (decimal and binary) in bytes, as ``SET memory_limit`` reads them.
+_MEMORY_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+                 "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_MEMORY_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+RAISE_FACTOR = 4  # a cap that failed is raised well past it: a query that spilled needs more than a little
+
+
+def larger_memory(memory: str) -> str:
+    """A memory cap for DuckDB :data:`RAISE_FACTOR` times ``memory`` (``256MB`` -> ``1GB``,
+    ``1GB`` -> ``4GB``), never the value that just failed; a size it cannot read (a percentage)
+    gives a fixed larger one.
+    """
+    found = _MEMORY_SIZE.match(memory)
+    unit = found.group(2).lower() if found else ""
+    if found is None or (unit or "b") not in _MEMORY_UNITS:
+        return "4GB"
+    wanted = float(found.group(1)) * _MEMORY_UNITS[unit or "b"] * RAISE_FACTOR
+    # Rounded to a size a person would type; a factor of 4 leaves any rounding above the cap.
+    if wanted >= 10**9:
+        return f"{max(round(wanted / 10**9), 1)}GB"
+    return f"{max(math.ceil(wanted / 10**6), 1)}MB"
 
 
 def _first_line(error: BaseException) -> str:

@@ -18,8 +18,9 @@ from rich.text import Text
 
 from dlprof.analysis.diff import Change, CostDiff, EnergyDiff, change_pct, limit_names
 from dlprof.viewers.fit import Column, console_for, print_columns
+from dlprof.viewers.names import distinct_names
 from dlprof.viewers.screen import printable, table_width
-from dlprof.viewers.terminal import readable_columns, short_name
+from dlprof.viewers.terminal import readable_columns
 
 SLOWER, FASTER = "red", "green"
 # What the change column says where there is no percentage.
@@ -85,7 +86,7 @@ def _columns(rows: pd.DataFrame, label: str) -> list[Column]:
         columns.append(("Share A %", [f"{v:.1f}" for v in rows["share_a_pct"]], plain))
         columns.append(("Share B %", [f"{v:.1f}" for v in rows["share_b_pct"]], plain))
     return [Column(header, cells, text=header == label.capitalize(), priority=_priority(header),
-                   shorten=short_name, styles=styles) for header, cells, styles in columns]
+                   shorten_all=distinct_names, styles=styles) for header, cells, styles in columns]
 
 
 def _priority(header: str) -> int:

@@ -7,7 +7,10 @@ Every column has a priority (0 is kept first). The name and the sort column come
 column that does not fit beside the ones before it is dropped with every column after it, and
 a line under the table names what was dropped. Text columns (names, shapes, scripts) shrink
 to what is left, never below a floor (:data:`NAME_FLOOR` for the leading one), so the name
-column never disappears: names are cut in the middle, prose wraps; numbers are never cut. ``--wide`` (:func:`screen.set_wide`) shows
+column never disappears; and a column the command did not ask for (not ``essential``) is shown
+only while the name keeps its room (:data:`NAME_SHARE` of the width, or all it needs), so a
+wider terminal never gives the names less. Names are shortened together, keeping what tells
+them apart (:mod:`dlprof.viewers.names`), prose wraps; numbers are never cut. ``--wide`` (:func:`screen.set_wide`) shows
 every column and whole names. Every header, cell and title passes through
 :func:`screen.printable`.
 """
@@ -24,26 +27,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlprof.viewers.names import cut_middle
 from dlprof.viewers.screen import printable, table_width
 
 # The least width of the leading text column (the name) while other columns are shown.
 NAME_FLOOR = 30
+# The share of the width the name keeps before a column no one asked for is shown beside it.
+NAME_SHARE = 0.5
 # The least width of any other text column (input shapes, a script's path), and of prose.
 TEXT_FLOOR = 12
 PROSE_FLOOR = 20
 # What a rich table with box.SIMPLE_HEAD adds to its cells' widths: one space either side of
 # each cell, a separator between cells and an edge each side, that is 3 per column and 1.
 _PER_COLUMN, _EDGES = 3, 1
-
-
-def cut_middle(text: str, width: int) -> str:
-    """``text`` at most ``width`` characters, its middle replaced by an ellipsis."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    head = width // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 @dataclass(frozen=True)
@@ -57,9 +53,13 @@ class Column:
         text: left-aligned text that may be shortened to fit (names); numbers are never cut.
         priority: the lower, the longer the column stays as the width shrinks.
         shorten: how a text cell is cut to a width (the middle, by default).
+        shorten_all: how the column's cells are cut to a width together, where what one cell
+            keeps depends on the others (names: :func:`~dlprof.viewers.names.distinct_names`).
         wrap: prose (a description, a reason): its cells wrap onto more lines instead of being cut.
         width: the width fitted, for a column that wraps (set by :func:`fit_columns`).
         styles: each cell's rich style (none by default).
+        essential: asked for by the command (the sort column, those it keeps): shown while
+            the floors fit, before the name gets its room.
     """
 
     header: str
@@ -67,9 +67,11 @@ class Column:
     text: bool = False
     priority: int = 0
     shorten: Callable[[str, int], str] = field(default=cut_middle, compare=False)
+    shorten_all: Callable[[list[str], int], list[str]] | None = field(default=None, compare=False)
     wrap: bool = False
     width: int | None = None
     styles: list[str] | None = None
+    essential: bool = False
 
     def natural_width(self) -> int:
         """The width that shows the header and every cell whole."""
@@ -94,9 +96,14 @@ def fit_columns(columns: list[Column], width: int | None) -> tuple[list[Column],
     natural = [c.natural_width() for c in columns]
     floor = [min(natural[i], NAME_FLOOR if i == first_text else PROSE_FLOOR if c.wrap else TEXT_FLOOR)
              if c.text else natural[i] for i, c in enumerate(columns)]
+    # The room the name keeps before columns no one asked for are shown beside it.
+    name_room = 0 if first_text is None else (
+        max(min(natural[first_text], int(width * NAME_SHARE)), floor[first_text]) - floor[first_text])
     kept: list[int] = []
     for index in by_priority:
         needed = sum(floor[i] for i in [*kept, index]) + _PER_COLUMN * (len(kept) + 1) + _EDGES
+        if kept and not columns[index].essential and index != first_text:
+            needed += name_room
         if kept and needed > width:
             break
         kept.append(index)
@@ -121,6 +128,8 @@ def _shortened(column: Column, width: int) -> Column:
         return column
     if column.wrap:
         return replace(column, width=width)
+    if column.shorten_all is not None:
+        return replace(column, cells=column.shorten_all(column.cells, width))
     cells = [cell if cell_len(cell) <= width else column.shorten(cell, width) for cell in column.cells]
     return replace(column, cells=cells)
 

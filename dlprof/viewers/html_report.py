@@ -23,10 +23,14 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from dlprof.viewers.terminal import format_column, format_sizes, size_unit
+from dlprof.viewers.names import readable, signatures_shortened
+from dlprof.viewers.terminal import format_column, format_sizes, human_header, size_unit
 
 # Columns shown as text (left-aligned, sorted as strings); every other column is a number.
-_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device", "step", "op", "source"})
+_TEXT_COLUMNS = frozenset({"name", "input_shapes", "kind", "reasons", "device", "step", "op", "source", "window",
+                           "status", "part"})
+# C++ signatures in the advice are cut to this (the page wraps the text around them).
+ADVICE_NAME_WIDTH = 100
 # The units shown in the headers of the report's energy table.
 _ENERGY_UNITS = {"joules_per_step": "J", "watts": "W"}
 
@@ -92,8 +96,10 @@ def table_spec(columns: list[str], rows: list[list[Any]], units: dict[str, str] 
             scale, unit = size_unit(values.tolist())
             header, cells = f"{column.removesuffix('_bytes').replace('_', ' ').capitalize()} ({unit})", \
                 format_sizes(values.tolist(), scale)
+        elif numeric:
+            header, cells = human_header(column), [_number(v) for v in values]
         else:
-            header, cells = column, [_number(v) for v in values]
+            header, cells = human_header(column), ["" if v is None else str(v) for v in values]
         if units and units.get(column):
             header = f"{header} ({units[column]})"
         shown.append({"key": column, "header": header, "numeric": numeric})
@@ -138,12 +144,34 @@ def page_data(data: dict[str, Any]) -> dict[str, Any]:
                        **table_spec(metrics["columns"], metrics["rows"], metrics["units"])}
     if metrics["reason"] and metrics["unavailable"]:
         page["metrics"]["reason"] += ": " + _unavailable(metrics["unavailable"])
+    page["gpu"] = _gpu_page(data["gpu"])
+    page["advice"] = _advice_page(data["advice"])
     tuning = data["tuning"]
     intro = {"counters": "Score: (metric per instruction) x exclusive ms.",
              "launch": "No per-kernel counters: score = exclusive ms x launch-configuration signals."}
     page["tuning"] = {"reason": tuning["reason"], "intro": intro.get(tuning["basis"], ""),
                       **table_spec(tuning["columns"], tuning["rows"])}
     return page
+
+
+def _gpu_page(gpu: dict[str, Any]) -> dict[str, Any]:
+    """The GPU overview's tables as the page shows them: kernels by readable names (the whole
+    name in the Kernels table), steps with their status."""
+    kernels = gpu["kernels"]
+    readable_rows = [[readable(str(row[0])), *row[1:]] for row in kernels["rows"]]
+    return {**gpu, "kernels": table_spec(kernels["columns"], readable_rows),
+            "device_table": table_spec(gpu["devices"]["columns"], gpu["devices"]["rows"])}
+
+
+def _advice_page(advice: dict[str, Any]) -> dict[str, Any]:
+    """The findings with their C++ signatures shortened, as ``dlprof advise`` prints them."""
+    def short(text: str) -> str:
+        return signatures_shortened(text, ADVICE_NAME_WIDTH)
+
+    findings = [{**f, "summary": short(f["summary"]),
+                 "evidence": [{"place": short(e["place"]), "detail": short(e["detail"])} for e in f["evidence"]]}
+                for f in advice["findings"]]
+    return {**advice, "findings": findings}
 
 
 def _unavailable(reasons: dict[str, str]) -> str:

@@ -28,8 +28,10 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 
 from dlprof.analysis.tau_profile import FunctionSummary, ThreadProfile
+from dlprof.analysis.threads import GPU_ANNOTATIONS
+from dlprof.viewers.names import distinct_names
 from dlprof.viewers.screen import printable, table_width
-from dlprof.viewers.terminal import short_name, time_text
+from dlprof.viewers.terminal import time_text
 
 RULE = "-" * 87
 HEADER = (
@@ -158,19 +160,25 @@ def format_table(functions: pd.DataFrame, fitted: Fit | None = None) -> list[str
     first, second = ("".join(_HEADER_CELLS[i][line] for i in fitted.columns) for line in (0, 1))
     rule = RULE if fitted.name_width is None else RULE[: len(first) + 1 + fitted.name_width]
     lines = [rule, f"{first} Name", f"{second} ", rule]
-    for row in functions.itertuples(index=False):
+    names = [str(name) for name in functions["name"]]
+    # A table's names are shortened together, keeping what tells them apart (the layer index).
+    shown = names if fitted.name_width is None else distinct_names(names, fitted.name_width)
+    for row, name in zip(functions.itertuples(index=False), shown, strict=True):
         cells = _row_cells(float(row.time_pct), float(row.exclusive_ns), float(row.inclusive_ns), float(row.calls),
                            float(row.subrs), float(row.inclusive_per_call_ns))
-        name = str(row.name) if fitted.name_width is None else short_name(str(row.name), fitted.name_width)
         lines.append("".join(cells[i] for i in fitted.columns) + f" {printable(name)}")
     return lines
 
 
 def thread_note(profile: ThreadProfile) -> str:
     """The line under a thread's header naming what TAU's thread number stands for here."""
-    track = f"tid {profile.tid}" if profile.device == "cpu" else f"stream {profile.tid}"
     # The wall time in one plain unit (TAU's own "1:15.412" reads as minutes, not msec).
-    return f"(rank {profile.rank}, pid {profile.pid}, {track}, {profile.device}; wall {time_text(profile.wall_ns)})"
+    wall = f"wall {time_text(profile.wall_ns)}"
+    if profile.role == GPU_ANNOTATIONS:  # Kineto's ranges on a GPU stream, stored beside the CPU's
+        return f"(rank {profile.rank}, GPU annotations, stream {profile.tid}; {wall})"
+    track = f"tid {profile.tid}" if profile.device == "cpu" else f"stream {profile.tid}"
+    role = f"{profile.role}: " if profile.role else ""
+    return f"(rank {profile.rank}, {role}pid {profile.pid}, {track}, {profile.device}; {wall})"
 
 
 def format_tau_profile(

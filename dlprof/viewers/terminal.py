@@ -16,7 +16,6 @@ so a CSV shown on a terminal should go through ``cat -v`` or a spreadsheet).
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from dlprof.engine.rows import Rows
 from dlprof.keys import NANOSECOND_COUNTERS, TableFormat
-from dlprof.viewers.fit import Column, cut_middle, print_columns
+from dlprof.viewers.fit import Column, print_columns
+from dlprof.viewers.names import distinct_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,6 +56,13 @@ _HEADERS = {
     "rank_median_ns": "Rank median",
     "rank_max_ns": "Rank max",
     "max_rank": "Max rank",
+    "gpu_ns": "GPU time",
+    "kernel_ns": "Kernels",
+    "copy_ns": "Copies",
+    "idle_ns": "Idle",
+    "span_ns": "Span",
+    "busy_pct": "Busy %",
+    "kernel_pct": "Of kernel time %",
 }
 
 # Which columns a table narrower than its content keeps, after the name, the sort column and
@@ -70,7 +77,7 @@ _KEEP_ORDER = (
 # Left-aligned text, shortened to fit: names, shapes, paths.
 _TEXT_COLUMNS = frozenset({"name", "input_shapes", "Script", "Latest arrival", "step", "Step", "Op at peak"})
 # Columns of sentences: their cells wrap onto more lines rather than being cut.
-_PROSE_COLUMNS = frozenset({"reason", "Reason", "Why", "fix", "Fix"})
+_PROSE_COLUMNS = frozenset({"reason", "Reason", "Why", "fix", "Fix", "Finding"})
 
 
 class TimeUnit(NamedTuple):
@@ -96,20 +103,28 @@ def _values(values: Any) -> list[Any]:
 
 
 def time_unit(values: Sequence[Any]) -> TimeUnit:
-    """The unit that shows the largest of ``values`` (nanoseconds) as 10 or more, at most seconds.
+    """The unit a column of times reads best in: the one that shows a typical value as 10 or
+    more, at most seconds, so that one outlier (a 22 s warm-up step among 56 ms ones) does not
+    turn the whole column into seconds; a unit larger still where the largest would need more
+    than six digits before the point.
 
     Args:
         values: times in nanoseconds; missing ones are ignored.
 
     Returns:
-        The unit: 38 ms of largest value gives ms (38.091), 7.9 ms gives us (7,923.444).
+        The unit: 38 ms typical gives ms (38.091), 7.9 ms gives us (7,923.444), 56 ms with one
+        22 s value gives ms (22,289.864 for the outlier).
     """
-    present = [abs(float(v)) for v in values if not _missing(v)]
-    largest = max(present) if present else 0.0
-    for scale, unit in _TIME_UNITS:
-        if largest >= scale * 10:
-            return TimeUnit(scale, unit)
-    return TimeUnit(1, "ns")
+    present = sorted(abs(float(v)) for v in values if not _missing(v))
+    nonzero = [v for v in present if v > 0]
+    # The upper quartile: a table sorted by time holds its largest rows first, and those set the
+    # unit unless they are a few outliers.
+    typical = nonzero[min(len(nonzero) - 1, (3 * len(nonzero)) // 4)] if nonzero else 0.0
+    largest = present[-1] if present else 0.0
+    position = next((i for i, (scale, _) in enumerate(_TIME_UNITS) if typical >= scale * 10), len(_TIME_UNITS) - 1)
+    while position > 0 and largest >= _TIME_UNITS[position][0] * 1e6:
+        position -= 1
+    return TimeUnit(*_TIME_UNITS[position])
 
 
 def format_time(ns: float, unit: TimeUnit) -> str:
@@ -118,8 +133,10 @@ def format_time(ns: float, unit: TimeUnit) -> str:
 
 
 def time_text(ns: float, unit: TimeUnit | None = None) -> str:
-    """A time with its unit (``12.865 ms``), in ``unit`` or in the one that suits it."""
-    chosen = unit or time_unit([ns])
+    """A time with its unit (``12.865 ms``, ``9.245 ms``), in ``unit`` or in the largest that
+    shows it as 1 or more."""
+    chosen = unit or next((TimeUnit(scale, symbol) for scale, symbol in _TIME_UNITS if abs(ns) >= scale),
+                          TimeUnit(1, "ns"))
     return f"{format_time(ns, chosen)} {chosen.symbol}"
 
 
@@ -135,85 +152,15 @@ def _count(value: float) -> str:
     return f"{int(value)}"
 
 
-NAME_WIDTH = 90
-_MIN_SHORT_NAME = 8  # the least of a name worth showing before its digest
-
-
-def short_name(name: str, width: int = NAME_WIDTH) -> str:
-    """A long name made to fit ``width``, still telling distinct names apart.
-
-    A C++ kernel's parameters are dropped first, then its template arguments from the innermost
-    out, then the middle of what is left (tables for scripts keep the whole name). Kernels of
-    one template differ only in what goes (``CatArrayBatchedCopy<float, unsigned int, 2, 64,
-    64>`` and ``<..., 3, 64, 64>``), so a shortened name ends in a digest of the whole name
-    (``~3fa2c1``): two distinct names shorten alike only if their 24-bit digests collide too.
-
-    Args:
-        name: the name.
-        width: the most characters the result may have.
-
-    Returns:
-        ``name`` itself if it fits, else a shortened name of at most ``width`` characters.
-    """
-    if len(name) <= width:
-        return name
-    tag = f" ~{hashlib.blake2s(name.encode('utf-8', 'replace'), digest_size=3).hexdigest()}"
-    if width < len(tag) + _MIN_SHORT_NAME:  # no room to tell names apart: cut only
-        return cut_middle(name, width)
-    room = width - len(tag)
-    short = name
-    if short.endswith(")") and "(" in short:
-        short = short[: _matching_open(short, len(short) - 1, "(", ")")] + "(…)"
-    depth = _deepest(short, "<", ">")
-    while len(short) > room and depth > 0:
-        short = _collapse(short, "<", ">", depth)
-        depth -= 1
-    return cut_middle(short, room) + tag
-
-
-def _matching_open(text: str, close: int, opening: str, closing: str) -> int:
-    depth = 0
-    for index in range(close, -1, -1):
-        if text[index] == closing:
-            depth += 1
-        elif text[index] == opening:
-            depth -= 1
-            if depth == 0:
-                return index
-    return close
-
-
-def _deepest(text: str, opening: str, closing: str) -> int:
-    """How deep brackets nest in ``text``: 0 without any, 2 for ``f<a<b>>``."""
-    depth = deepest = 0
-    for char in text:
-        if char == opening:
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char == closing and depth:
-            depth -= 1
-    return deepest
-
-
-def _collapse(text: str, opening: str, closing: str, level: int = 1) -> str:
-    """Replace every bracketed part at ``level`` with an ellipsis: ``f<a<b>>`` -> ``f<…>`` at
-    level 1, ``f<a<…>>`` at level 2."""
-    out: list[str] = []
-    depth = 0
-    for char in text:
-        if char == opening:
-            if depth < level:
-                out.append(opening)
-            if depth == level - 1:
-                out.append("…")
-            depth += 1
-        elif char == closing and depth:
-            depth -= 1
-            if depth < level:
-                out.append(closing)
-        elif depth < level:
-            out.append(char)
-    return "".join(out)
+def human_header(column: str) -> str:
+    """A column's name as a header: ``mean_ns`` reads ``Mean``, ``step_pct`` ``Step %``,
+    ``data_wait_ns`` ``Data wait``; counters (``perf:page-faults``) and headers already made
+    for a person are kept."""
+    if ":" in column or " " in column or not column.replace("_", "").isalnum():
+        return column
+    words = column.removesuffix("_ns").removesuffix("_pct").replace("_", " ").strip()
+    words = words[:1].upper() + words[1:]
+    return f"{words} %" if column.endswith("_pct") else words
 
 
 def _is_number(value: Any) -> bool:
@@ -234,7 +181,7 @@ def format_column(name: str, values: Any, header: str | None = None,
     Returns:
         The header and the cells.
     """
-    header = header or _HEADERS.get(name, name)
+    header = header or _HEADERS.get(name) or human_header(name)
     values = _values(values)
     if is_time_column(name):
         unit = unit or time_unit(values)
@@ -312,14 +259,17 @@ def render_table(frame: pd.DataFrame | Rows, title: str, out: TextIO | None = No
     times = [n for n in names if is_time_column(n)]
     reference = sort if sort in times else (times[0] if times else None)
     unit = time_unit(values[reference]) if reference else None
-    order = _keep_order(names, ["name", *([sort] if sort else []), *keep])
+    asked = ["name", *([sort] if sort else []), *keep]
+    order = _keep_order(names, asked)
+    essential = {n for n in names if any(n == key or n.startswith(f"{key} (") for key in asked)}
     columns = []
     for name in names:
         header, cells = format_column(name, values[name], unit=unit if is_time_column(name) else None)
         prose = name in _PROSE_COLUMNS
         text = prose or name in _TEXT_COLUMNS
         columns.append(Column(header, cells, text=text, wrap=prose, priority=order.index(name),
-                              shorten=short_name if name == "name" else cut_middle))
+                              shorten_all=distinct_names if name == "name" else None,
+                              essential=name in essential))
     print_columns(columns, title, stream)
 
 

@@ -17,7 +17,8 @@ import pandas as pd
 
 from dlprof.analysis.tfprof import MEASURES, SORT_COLUMN, percent_columns
 from dlprof.keys import SortKey, TableFormat
-from dlprof.viewers.terminal import NAME_WIDTH, readable_columns, render_table, write_table
+from dlprof.viewers.names import NAME_WIDTH
+from dlprof.viewers.terminal import readable_columns, render_table, write_table
 
 # tfprof's column titles.
 _OP_VIEW_HEADERS = {

@@ -85,3 +85,5 @@ def v100_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def a100_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same job recorded on an A100 (sm 8.0): mostly TF32 tensor-op GEMMs, some ampere_sgemm."""
     return _imported(tmp_path_factory, "trace_diff/control")
+
+

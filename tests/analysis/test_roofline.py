@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -161,16 +162,28 @@ def test_wave_scaling_on_hand_computed_cases() -> None:
     assert wave_scaled_ns(1000.0, a100, v100, small, 0.0) == pytest.approx(1000 * 1410 / 1530 * 2)
 
 
-def test_gemm_in_the_same_math_mode_scales_by_the_roof(tmp_path: Path) -> None:
+def _sgemm_on_a_v100(tmp_path: Path, flops: int) -> Any:
+    """An A100 SGEMM of 1 ms doing ``flops``, predicted on a V100."""
     run = gpu_run(tmp_path, launched(10, "aten::mm", 0, "ampere_sgemm_128x64_nn", 1_000_000, input_shapes=SQUARE,
-                                     input_dtypes=FLOATS, flops=2 * 1024**3), recorded_devices("trace_diff/control")[:1])
+                                     input_dtypes=FLOATS, flops=flops), recorded_devices("trace_diff/control")[:1])
     table = device_table()
     a100, v100 = table.by_name("a100"), table.by_name("v100")
     assert a100 is not None and v100 is not None
-    predicted = predict_items(work_items(run).table, a100, v100, Method.WAVE, EqualEfficiency())
-    (row,) = predicted.itertuples()
+    (row,) = predict_items(work_items(run).table, a100, v100, Method.WAVE, EqualEfficiency()).itertuples()
+    return row
+
+
+def test_gemm_in_the_same_math_mode_scales_by_the_roof(tmp_path: Path) -> None:
+    row = _sgemm_on_a_v100(tmp_path, 10 * 1024**3)  # 10.7 GFLOPs in 1 ms: 55% of an A100's fp32 roof
     assert row.treatment == Treatment.ROOFLINE  # fp32 SIMT on both: equal efficiency holds
     assert row.target_ns == pytest.approx(1_000_000 * 19.5 / 15.7)
+
+
+def test_a_gemm_far_below_its_roof_is_not_scaled_by_the_roof(tmp_path: Path) -> None:
+    # 2.1 GFLOPs in 1 ms: 11% of an A100's fp32 roof, held by something else than the roof.
+    row = _sgemm_on_a_v100(tmp_path, 2 * 1024**3)
+    assert row.treatment != Treatment.ROOFLINE
+    assert row.target_ns != pytest.approx(1_000_000 * 19.5 / 15.7)
 
 
 def test_estimate_of_a_recorded_a100_trace_on_a_v100(gpu_run: Path) -> None:

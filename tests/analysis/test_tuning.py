@@ -65,10 +65,11 @@ def test_simple_add_is_ranked_by_time_times_launch_signals(simple_add: Run) -> N
 
 def test_simple_add_reasons_in_words(simple_add: Run) -> None:
     table = tuning_candidates(simple_add).table.set_index("name")
-    first = table.iloc[0]
-    assert str(table.index[0]).startswith("sm80_xmma_fprop_implicit_gemm")
+    (xmma,) = [name for name in table.index if str(name).startswith("sm80_xmma_fprop_implicit_gemm")]
+    first = table.loc[xmma]
     assert first["rules"] == ["low-occupancy", "register-pressure"]
-    assert first["reasons"][0].startswith("estimated occupancy 0% (< 50%)")
+    # Kineto recorded 0 (no estimate): the occupancy is the launch configuration's, computed here.
+    assert first["reasons"][0].startswith("theoretical occupancy 12% (< 50%, limited by registers)")
     assert "252 registers per thread (> 64)" in first["reasons"][1]
     assert "cap occupancy at 12%" in first["reasons"][1]  # 8 warps of 64 fit in 65536 registers
     offsets = table.loc[
@@ -84,9 +85,11 @@ def test_triton_kernel_one_block_and_short(triton: Run) -> None:
     table = tuning_candidates(triton).table
     assert table["name"].tolist() == ["triton_poi_fused_add_cos_sin_0"]
     row = table.iloc[0]
-    assert row["rules"] == ["low-occupancy", "small-grid", "short-kernel"]  # 16 registers: fine
+    # Kineto made no occupancy estimate; 16 registers and small blocks let the SM fill: what
+    # holds the kernel is its one block, not its launch configuration's occupancy.
+    assert row["rules"] == ["small-grid", "short-kernel"]
     assert "grid of 1 block on 108 SMs: 107 SMs idle" in row["reasons"]
-    assert "1.8 us per call, less than the 47.8 us its launch call takes" in row["reasons"][2]
+    assert "1.8 us per call, less than the 47.8 us its launch call takes" in row["reasons"][1]
     assert row["score"] == pytest.approx(expected_scores(kineto_trace("triton_example"))[row["name"]])
 
 
@@ -148,3 +151,23 @@ def test_a_run_without_kernels_is_an_error(tmp_path: Path) -> None:
 
 def test_limit(simple_add: Run) -> None:
     assert len(tuning_candidates(simple_add, limit=3).table) == 3
+
+
+def test_collectives_are_ranked_apart(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """NCCL kernels on the A100 job wait for the other ranks: no launch signal explains them."""
+    run = dlprof.load(import_trace_run(tmp_path_factory.mktemp("runs") / "a100", kineto_trace("trace_diff/control")))
+    found = tuning_candidates(run)
+    assert not found.table["name"].str.contains("nccl", case=False).any()
+    assert len(found.collectives) and found.collectives["name"].str.contains("nccl", case=False).all()
+    assert found.collectives["self_ns"].sum() > found.table["self_ns"].iloc[0]  # they would have ranked first
+
+
+def test_occupancy_is_never_one_kineto_did_not_compute(h200_run: Path) -> None:
+    """dlprof's H200 run: Kineto recorded occupancy 0 for the nvjet GEMMs (warps_per_sm 12);
+    their occupancy is the launch configuration's, 12 warps of 64."""
+    run = dlprof.load(h200_run)
+    table = tuning_candidates(run).table.set_index("name")
+    reasons = [r for rs in table["reasons"] for r in rs]
+    assert not any("occupancy 0%" in r for r in reasons)
+    nvjet = table.loc["nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_TNT", "reasons"]
+    assert nvjet[0].startswith("theoretical occupancy 19% (< 50%, limited by registers)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_prints_one_tau_block_for_the_real_cnn_run(
     lines = out.splitlines()
     assert lines[0].startswith(f"Reading run {cnn_run}")
     start = lines.index("NODE 0;CONTEXT 0;THREAD 0:")
-    assert lines[start + 1].startswith("(rank 0, pid ") and ", cpu; wall " in lines[start + 1]
+    assert lines[start + 1].startswith("(rank 0, main: pid ") and ", cpu; wall " in lines[start + 1]
     assert lines[start + 2 : start + 6] == [RULE, *HEADER.splitlines(), RULE]
     assert "FUNCTION SUMMARY" not in out  # one thread: TAU prints no summary
     body = lines[start + 6 :]
@@ -112,7 +113,7 @@ def test_several_threads_get_a_block_each_then_total_and_mean(
         "FUNCTION SUMMARY (total):",
         "FUNCTION SUMMARY (mean):",
     ]
-    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4,000.000 us)" in out
+    assert "(rank 0, pid 100, stream 7, cuda:0; wall 4.000 ms)" in out
     mean = out.split("FUNCTION SUMMARY (mean):")[1].splitlines()
     # x: 90 ms over 4 threads, 3 calls over 4 threads, as TAU's mean prints them.
     assert " 78.9           22           22        0.75           0      30000 x" in mean
@@ -193,3 +194,24 @@ def test_help_shows_examples(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["pprof", "--help"], capsys)
     assert code == 0
     assert "Examples:" in out and "dlprof pprof RUN --rank 1" in out
+
+
+def test_others_on_the_h200_run_counts_each_nested_slice_once(
+        h200_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Folded layers nest inside one another: their plain sum read 129.7% of the main thread's
+    wall time at -n 5; the time they cover is less than the thread's wall time."""
+    code, out, err = run_cli(["pprof", str(h200_run), "-n", "5", "--format", "json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)
+    others = [r for r in rows if r["name"] == "-others-"]
+    assert others and all(0 <= r["time_pct"] <= 100 for r in others)
+    assert all(r["inclusive_ns"] >= r["exclusive_ns"] for r in others)
+
+
+def test_threads_are_named_by_what_ran_on_them(h200_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["pprof", str(h200_run), "-n", "3"], capsys)
+    assert code == 0
+    assert "(rank 0, main: pid 5137, tid 5137, cpu;" in out
+    assert "(rank 0, autograd: pid 5137, tid 6494, cpu;" in out
+    # torch's optimizer range on the GPU is no CPU thread.
+    assert "(rank 0, GPU annotations, stream 7;" in out and "pid 0, tid 7, cpu" not in out

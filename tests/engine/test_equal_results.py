@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import dlprof
+from dlprof.advice.ranking import advise
 from dlprof.analysis.aggregate import kinds_present, top
 from dlprof.analysis.derived import BUILTINS, Grouping, derived_metrics
 from dlprof.analysis.device_time import device_times
@@ -28,9 +29,10 @@ from dlprof.analysis.gpu import device_work, gpu_breakdown
 from dlprof.analysis.memory import MemoryGroup, layer_peaks, live_at_peak, memory_peaks
 from dlprof.analysis.ranks import collective_arrivals, rank_steps, rank_summary
 from dlprof.analysis.report_data import report_data
+from dlprof.analysis.report_gpu import gpu_overview
 from dlprof.analysis.roofline import RooflineKey, roofline
 from dlprof.analysis.steps import step_report
-from dlprof.analysis.tau_profile import function_summaries, tau_profiles
+from dlprof.analysis.tau_profile import folded_inclusive, function_summaries, tau_profiles
 from dlprof.analysis.tfprof import op_costs, op_view
 from dlprof.analysis.trees import code_tree, scope_tree
 from dlprof.analysis.tuning import kernel_summaries
@@ -80,6 +82,9 @@ ANALYSES: dict[str, Analysis] = {
     "device time of layers": lambda run: device_times(run, Kind.MODULE).sort_values(["rank", "id"]),
     "device time of steps": lambda run: device_times(run, Kind.STEP).sort_values(["rank", "id"]),
     "top modules": lambda run: top(run, kind=Kind.MODULE, limit=None),
+    "advice": lambda run: [dataclasses.asdict(f) for f in advise(run).findings],
+    "GPU overview": gpu_overview,
+    "TAU -others- rows": lambda run: list(folded_inclusive(run, tau_profiles(run), 3)),
 }
 
 
@@ -129,7 +134,7 @@ CASES: dict[str, tuple[str, ...]] = {
                "layer peaks", "step report", "work items with layers", "step report within a region"),
     "gpu": ("top ops", "top kernels by launching op", "op view", "device work", "GPU breakdown",
             "kernel summaries", "derived metrics per slice", "rank summary", "TAU profiles", "work items with layers",
-            "roofline per kernel", "estimate on a V100"),
+            "roofline per kernel", "estimate on a V100", "advice", "GPU overview", "TAU -others- rows"),
     "two ranks": ("step report", "top ops per rank", "rank steps", "rank summary", "collective arrivals", "op view",
                   "diff with itself"),
     # Steps across threads, on the GPU too; device time through autograd's thread.

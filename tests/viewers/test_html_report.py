@@ -139,7 +139,8 @@ def test_timeline_keeps_steps_and_the_longest(tmp_path: Path) -> None:
     steps = int((run.slices["kind"] == "step").sum())
     assert timeline["shown"] == steps + 200 and timeline["total"] == len(run.slices)
     assert (kinds == "step").sum() == steps
-    assert [t["label"] for t in timeline["tracks"]] == ["pid 7 thread 100", "pid 7 thread 101"]
+    # The thread that ran the steps is the main one; the other has no role to name.
+    assert [t["label"] for t in timeline["tracks"]] == ["main", "pid 7 thread 101"]
     kept = np.array(timeline["dur"])[kinds != "step"]
     assert kept.min() >= run.slices[run.slices["kind"] == "op"]["dur_ns"].nlargest(200).min()
 
@@ -492,3 +493,42 @@ def test_energy_shown_in_the_browser(powered_steps: Path, page: DevTools, tmp_pa
     assert page.evaluate("document.querySelectorAll('[data-testid=\"table-step-energy\"]').length") == 0
     assert page.evaluate("document.querySelector('[data-testid=\"steps-energy\"]').textContent") == (
         f"Energy: {NO_POWER}")
+
+
+def test_the_h200_report_opens_with_the_gpu_and_the_advice(h200_run: Path, page: DevTools, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from dlprof.advice.ranking import advise
+    from dlprof.analysis.gpu import ALL, gpu_breakdown
+
+    report = _write_report(h200_run, tmp_path / "report.html", capsys)
+    page.open(report)
+    sections = page.evaluate("Array.from(document.querySelectorAll('main > section')).map(s => s.id)")
+    assert sections[:3] == ["gpu", "advice", "summary"]
+    run = dlprof.load(h200_run)
+    # Busy over the counted steps, as dlprof gpu measures them.
+    breakdown = gpu_breakdown(run)
+    counted = breakdown[(breakdown["step"] != ALL) & ~breakdown["step"].isin(["ProfilerStep#0", "ProfilerStep#20"])]
+    busy = 100 * counted["busy_ns"].sum() / counted["span_ns"].sum()
+    assert f"busy {busy:.1f}% over 19 counted steps" in page.evaluate(
+        "document.querySelector('[data-testid=\"gpu-busy\"]').textContent")
+    assert page.evaluate("document.querySelectorAll('[data-testid=\"gpu-kernel\"]').length") == len(
+        breakdown[breakdown["step"] != ALL])
+    # The kernels by GPU time, named as a person reads them: tile, layout and alignment kept.
+    kernels = page.evaluate(_CELLS.replace("table-{kind}", "table-gpu-kernels"))
+    assert [k["name"] for k in kernels[:3]] == [
+        f"Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_{tile}_align1>"
+        for tile in ("128x128_tn", "256x128_nn", "128x256_nt")]
+    assert kernels[0]["gpu_ns"] == "67.271" and kernels[0]["calls"] == "20"
+    # The advice as dlprof advise ranks it, the vocabulary's GEMMs among it.
+    rules = page.evaluate("Array.from(document.querySelectorAll('[data-testid=\"advice-findings\"] > li'))"
+                          ".map(li => li.dataset.rule)")
+    assert rules == [f.rule for f in advise(run).findings[:5]] and "fp16-dimensions" in rules
+    # The 22 s warm-up step does not flatten the step chart: it is cut, its time written.
+    assert float(page.evaluate("document.querySelector('[data-testid=\"step-chart\"]').dataset.axisMax")) < 1e9
+    assert "22.29 s" in page.evaluate("document.querySelector('[data-testid=\"step-cut\"]').textContent")
+    labels = page.evaluate("JSON.parse(document.getElementById('report-data').textContent).timeline.tracks"
+                           ".map(t => t.label)")
+    assert {"main", "autograd", "cuda:0 stream 7"} <= set(labels) and not any("thread" in t for t in labels)
+    shot = base64.b64decode(page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
+    (tmp_path / "report-h200.png").write_bytes(shot)
+    assert page.problems(report.as_uri()) == []

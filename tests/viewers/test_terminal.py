@@ -20,8 +20,9 @@ from dlprof.cli.main import main
 from dlprof.keys import NANOSECOND_COUNTERS
 from dlprof.support.perf_event import EVENTS
 from dlprof.viewers.fit import NAME_FLOOR, Column, fit_columns
+from dlprof.viewers.names import short_name
 from dlprof.viewers.screen import PIPED_WIDTH, printable, set_wide, table_width
-from dlprof.viewers.terminal import render_table, short_name
+from dlprof.viewers.terminal import render_table, time_unit
 from tests.conftest import KINETO_TRACES
 
 # Region names as a hostile program or trace could write them: set the window title, write the
@@ -169,7 +170,7 @@ def test_commands_on_a_gpu_trace_fit(gpu_run: Path, argv: list[str], capsys: pyt
     if argv[0] == "top":
         assert "Total (" in header_line(out)
     if argv[0] == "tune":
-        assert {"Name", "score"} <= set(header_line(out, "rank").split())
+        assert {"Name", "Score"} <= set(header_line(out, "Rank").split())
 
 
 def test_ranks_and_ls_fit(two_rank_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,3 +232,21 @@ def test_counter_columns_carry_their_unit(escape_run: Path, capsys: pytest.Captu
     # Every perf event counted in nanoseconds is shown as a time.
     assert {f"perf:{name}" for name, spec in EVENTS.items() if spec.unit == "ns"} == NANOSECOND_COUNTERS
 
+
+
+def test_one_outlier_does_not_turn_a_column_to_seconds() -> None:
+    """A 22 s warm-up step among 56 ms ones: the steps read in ms, the outlier as 22,289 ms."""
+    steps = [22_289_864_385, *[56_000_000 + 1_000_000 * i for i in range(19)]]
+    assert time_unit(steps).symbol == "ms"
+    assert time_unit([7_900_000]).symbol == "us"
+    # Past six digits before the point the next unit up is taken.
+    assert time_unit([5_000] * 10 + [22_000_000_000]).symbol == "ms"
+
+
+def test_headers_read_as_words_and_units() -> None:
+    frame = pd.DataFrame({"rank": [0], "mean_ns": [56e6], "std_ns": [3e6], "step_pct": [12.5], "data_wait_ns": [1e6]})
+    out = io.StringIO()
+    render_table(frame, "steps", out, sort="mean_ns")
+    header = header_line(out.getvalue(), "Rank")
+    assert "Mean (ms)" in header and "Std (ms)" in header and "Step %" in header and "Data wait (ms)" in header
+    assert "_ns" not in out.getvalue()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof.advice.base import Evidence, Finding, Need, Rule, Severity, duration, percent
+from dlprof.advice.base import Claim, Evidence, Finding, Need, Rule, Severity, duration, percent
 from dlprof.advice.data import RunData
 from dlprof.analysis.gpu import Coverage
 from dlprof.analysis.sql import DEVICE_KINDS_SQL
@@ -50,20 +50,25 @@ class LaunchBound(Rule):
         window = _span(data)
         launches = work[work["launch_name"].isin(LAUNCH_CALLS)]
         launch_share = float(launches["launch_dur"].sum()) / window if window else 0.0
-        evidence = [*_short_kernels(work), *_long_calls(data), *_idle_delays(work)]
+        idle = _idle_delays(work)
+        evidence = [*_short_kernels(work), *_long_calls(data), *(e for e, _, _ in idle)]
         stake = sum(e.time_ns for e in evidence)
         if launch_share < LAUNCH_SHARE and stake < STAKE_SHARE * window:
             return None
         summary = (f"launch calls take {launch_share:.1%} of the run's {duration(window)}; the other "
                    f"signs add {duration(stake)} ({percent(stake, window)})")
         severity = Severity.HIGH if launch_share >= LAUNCH_SHARE else Severity.MODERATE
-        return self.finding(severity, stake, summary, evidence)
+        # The host's own costs are this rule's alone; the GPU's idle time is also low utilisation's.
+        own = stake - sum(e.time_ns for e, _, _ in idle)
+        claims = [Claim(f"{self.name}: host", own),
+                  *(data.idle_claim(rank, device, e.time_ns) for e, rank, device in idle)]
+        return self.finding(severity, stake, summary, evidence, claims)
 
 
 def _work(data: RunData) -> pd.DataFrame:
     """Every kernel, memcpy and memset with its launch call's name, start and duration."""
     frame = data.run.sql(
-        "SELECT w.name, w.kind, w.device, w.start_ns, w.dur_ns, r.name AS launch_name, "
+        "SELECT w.rank, w.name, w.kind, w.device, w.start_ns, w.dur_ns, r.name AS launch_name, "
         "r.start_ns AS launch_ns, r.dur_ns AS launch_dur FROM slices w LEFT JOIN slices r "
         f"ON r.rank = w.rank AND r.kind = '{Kind.RUNTIME}' AND r.correlation_id = w.correlation_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL}{data.where('w.rank')}")
@@ -101,15 +106,18 @@ def _long_calls(data: RunData) -> list[Evidence]:
                      float(r["past"])) for r in calls.to_dict("records")]
 
 
-def _idle_delays(work: pd.DataFrame) -> list[Evidence]:
+def _idle_delays(work: pd.DataFrame) -> list[tuple[Evidence, int, str]]:
     """The GPU's idle time while launched kernels waited over :data:`LONG_DELAY_NS` to start.
 
     Kernels launched back to back behind one late kernel all wait through the same gap, so the
     waits are merged first (their union per GPU) and each merged gap is put down to the kernel
     whose launch opened it.
+
+    Returns:
+        Each kernel name's evidence per GPU, with the GPU's rank and device.
     """
-    found: dict[tuple[str, str], list[float]] = {}
-    for device, on_device in work.groupby("device"):
+    found: dict[tuple[str, str, int], list[float]] = {}
+    for (rank, device), on_device in work.groupby(["rank", "device"]):
         starts = on_device["start_ns"].to_numpy(dtype=np.int64)
         busy = Coverage(starts, starts + on_device["dur_ns"].to_numpy(dtype=np.int64))
         kernels = on_device[(on_device["kind"] == Kind.KERNEL) & on_device["launch_ns"].notna()]
@@ -124,7 +132,7 @@ def _idle_delays(work: pd.DataFrame) -> list[Evidence]:
         opener = late["name"].to_numpy()[np.searchsorted(launched, waits.starts)]
         for name, gap in zip(opener, idle, strict=True):
             if gap > 0:
-                found.setdefault((str(name), str(device)), []).append(float(gap))
-    return [Evidence(f"kernel {name} on {device}",
-                     f"{len(gaps)} launches waited over {LONG_DELAY_NS // 1000} us while the GPU idled",
-                     sum(gaps)) for (name, device), gaps in found.items()]
+                found.setdefault((str(name), str(device), int(rank)), []).append(float(gap))
+    return [(Evidence(f"kernel {name} on {device}",
+                      f"{len(gaps)} launches waited over {LONG_DELAY_NS // 1000} us while the GPU idled",
+                      sum(gaps)), rank, device) for (name, device, rank), gaps in found.items()]

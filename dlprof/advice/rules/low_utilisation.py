@@ -54,16 +54,36 @@ class LowUtilisation(Rule):
                             zip(low.index, low["busy_ns"], low["span_ns"], strict=True))
         summary = f"GPU busy {devices}; the host's largest category: {largest_host_category(data)}"
         severity = Severity.HIGH if worst < VERY_LOW_BUSY else Severity.MODERATE
-        return self.finding(severity, idle, summary, evidence)
+        claims = [data.idle_claim(rank, device, float(ns)) for (rank, device), ns in low["idle_ns"].items()]
+        return self.finding(severity, idle, summary, evidence, claims)
 
 
 def largest_host_category(data: RunData) -> str:
-    """The kind of CPU slice with the most self time, in words, with its time."""
+    """The kind of CPU slice with the most self time in the steady state, in words, with its time.
+
+    The steady state is the counted steps, from the first one's start to the last one's end on
+    each rank: the warm-up step holds the program's set-up (building the model, the first
+    CUDA calls), which no change to the training loop removes. A run without counted steps is
+    read whole.
+    """
     kinds = data.run.engine.dialect.literals(tuple(HOST_CATEGORIES))
     rows = data.run.query(
         "SELECT kind, CAST(sum(self_ns) AS BIGINT) AS spent FROM slices WHERE device = 'cpu' "
-        f"AND kind IN {kinds}{data.where()} GROUP BY kind ORDER BY spent DESC LIMIT 1").rows
+        f"AND kind IN {kinds}{data.where()}{_steady(data)} GROUP BY kind ORDER BY spent DESC LIMIT 1").rows
     if not rows:
         return "none recorded"
     kind, spent = rows[0]
-    return f"{HOST_CATEGORIES[Kind(kind)]} ({duration(float(spent or 0))} self time)"
+    within = " in the counted steps" if not data.counted_steps.empty else ""
+    return f"{HOST_CATEGORIES[Kind(kind)]} ({duration(float(spent or 0))} self time{within})"
+
+
+def _steady(data: RunData) -> str:
+    """A condition keeping the slices that start within each rank's counted steps."""
+    steps = data.counted_steps
+    if steps.empty:
+        return ""
+    ends = steps.assign(end_ns=steps["start_ns"] + steps["dur_ns"]).groupby("rank").agg(
+        first=("start_ns", "min"), last=("end_ns", "max"))
+    windows = " OR ".join(f"(rank = {int(rank)} AND start_ns >= {int(r.first)} AND start_ns < {int(r.last)})"
+                          for rank, r in ends.iterrows())
+    return f" AND ({windows})"

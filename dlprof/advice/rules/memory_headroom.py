@@ -16,7 +16,8 @@ class MemoryHeadroom(Rule):
     needs = (Need.DEVICE, Need.MEMORY, Need.DEVICE_PROPERTIES)
     threshold = f"peak allocated memory < {LOW_SHARE:.0%} of the GPU's memory"
     stake_basis = ("the GPU's idle time in the counted steps: a larger batch fills it with work, at most "
-                   "all of it (an upper bound)")
+                   "all of it (an upper bound); the same time low utilisation claims, so only one of them "
+                   "counts it")
     fix = ("Raise the batch size until the peak nears the device's memory (scale the learning rate "
            "with it), or pack more work per step (longer sequences, several micro-batches at once).")
     source = "PyTorch performance tuning guide; NVIDIA Deep Learning Performance guide, 'Batch size'"
@@ -32,13 +33,14 @@ class MemoryHeadroom(Rule):
         low = peaks[peaks["peak_bytes"] < LOW_SHARE * peaks["total"]]
         if low.empty:
             return None
-        idle = data.gpu_steps.groupby("device")["idle_ns"].sum()
-        rows = low.assign(idle_ns=low["device"].map(idle).fillna(0.0)).to_dict("records")
+        idle = [data.gpu_idle.get((int(rank), str(device)), 0.0) for rank, device in zip(low["rank"], low["device"],
+                                                                                          strict=True)]
+        rows = low.assign(idle_ns=idle).to_dict("records")
         evidence = evidence_of(
             rows, lambda r: f"rank {r['rank']} {r['device']}",
             lambda r: (f"peak {r['peak_bytes'] / 2**30:.2f} GiB of {r['total'] / 2**30:.1f} GiB "
                        f"({percent(r['peak_bytes'], r['total'])}); GPU idle {duration(r['idle_ns'])}"),
             lambda r: r["idle_ns"])
-        stake = sum(e.time_ns for e in evidence)
         summary = f"{len(low)} GPU(s) peak below {LOW_SHARE:.0%} of their memory"
-        return self.finding(Severity.MODERATE, stake, summary, evidence)
+        claims = [data.idle_claim(r["rank"], r["device"], r["idle_ns"]) for r in rows]
+        return self.finding(Severity.MODERATE, sum(c.ns for c in claims), summary, evidence, claims)

@@ -17,7 +17,8 @@ class RepeatedIndexing(Rule):
     title = "Repeated indexing in a Python loop"
     needs = (Need.OPS, Need.STEPS)
     threshold = f">= {CALLS_PER_STEP} indexing ops per step called from Python (no op around them)"
-    stake_basis = "those ops' time: one vectorised op (a mask, gather, index_select) replaces the loop"
+    stake_basis = ("those ops' host time, on a GPU run too: indexing makes views and launches little, and "
+                   "the loop holds the host; one vectorised op (a mask, gather, index_select) replaces it")
     fix = ("Replace the loop with one tensor operation: boolean masks, torch.gather, index_select, "
            "torch.where; read scalars once with .tolist() instead of .item() per element.")
     source = "PyTorch performance tuning guide; NumPy and PyTorch vectorisation practice"

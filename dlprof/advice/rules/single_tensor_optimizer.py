@@ -19,8 +19,9 @@ class SingleTensorOptimizer(Rule):
     needs = (Need.OPS,)
     threshold = (f"an optimizer step runs no _foreach_ or _fused_ op and at least {MIN_OPS_PER_STEP} "
                  "per-tensor ops (or a _single_tensor_ function is recorded)")
-    stake_basis = (f"the optimizer steps' time x {EXPECTED_SAVING:.0%}, an assumed saving: foreach "
-                   "launches one op per group of tensors instead of one per tensor")
+    stake_basis = (f"the optimizer steps' time (on a GPU run, the GPU time of their kernels) x "
+                   f"{EXPECTED_SAVING:.0%}, an assumed saving: foreach launches one op per group of tensors "
+                   "instead of one per tensor")
     fix = ("Use the multi-tensor implementation: torch.optim.Adam(params, foreach=True), or "
            "fused=True on the GPU; do not pass foreach=False, and keep parameters on one device "
            "and dtype so that torch chooses foreach by itself.")
@@ -44,11 +45,21 @@ class SingleTensorOptimizer(Rule):
                                 "top_op": str(top["name"].iloc[0]) if not top.empty else "(no op)"})
         if not flagged:
             return None
-        spent = sum(float(r["dur_ns"]) for r in flagged)
+        device = _device_time(data) if data.has_device else {}
+        for row in flagged:
+            row["spent_ns"] = data.time_spent(row["dur_ns"], device.get(row["name"], 0.0))
+        spent = sum(float(r["spent_ns"]) for r in flagged)
         evidence = evidence_of(
             flagged, lambda r: str(r["name"]),
-            lambda r: (f"{r['calls']} steps, {duration(r['dur_ns'] / r['calls'])} each, "
+            lambda r: (f"{r['calls']} steps, {duration(r['spent_ns'] / r['calls'])} of {data.time_word} each, "
                        f"{r['per_step']:.0f} ops per step (most time: {r['top_op']})"),
-            lambda r: r["dur_ns"] * EXPECTED_SAVING)
-        summary = (f"{len(flagged)} optimizer(s) update tensor by tensor; their steps take {duration(spent)}")
+            lambda r: r["spent_ns"] * EXPECTED_SAVING)
+        summary = (f"{len(flagged)} optimizer(s) update tensor by tensor; their steps take {duration(spent)} "
+                   f"of {data.time_word}")
         return self.finding(Severity.MODERATE, spent * EXPECTED_SAVING, summary, evidence)
+
+
+def _device_time(data: RunData) -> dict[str, float]:
+    """The GPU time of the kernels each optimizer's steps launched, by the step range's name."""
+    launched = data.device_time_under(f"name LIKE {data.run.engine.dialect.literal(STEP_RANGE)}")
+    return {str(k): float(v) for k, v in launched.groupby("op")["device_ns"].sum().items()}

@@ -16,7 +16,8 @@ class ZeroGradZeros(Rule):
     title = "zero_grad writes zeros instead of dropping gradients"
     needs = (Need.OPS,)
     threshold = "any aten::zero_ or aten::fill_ inside Optimizer.zero_grad"
-    stake_basis = "the time of those zeroing ops, summed: set_to_none skips them entirely"
+    stake_basis = ("the time of those zeroing ops, summed (on a GPU run, the GPU time of the kernels "
+                   "zero_grad launches): set_to_none skips them entirely")
     fix = ("Call optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0) or "
            "model.zero_grad(set_to_none=True); code that reads .grad must then handle None.")
     source = ("PyTorch performance tuning guide, 'Use parameter.grad = None instead of "
@@ -29,9 +30,17 @@ class ZeroGradZeros(Rule):
         zeroing = inside[inside["name"].isin(ZEROING_OPS)]
         if zeroing.empty:
             return None
-        spent = float(zeroing["dur_ns"].sum())
+        device_ns = _zero_grad_device_ns(data) if data.has_device else 0.0
+        spent = data.time_spent(float(zeroing["dur_ns"].sum()), device_ns)
         evidence = evidence_of(
             zeroing.to_dict("records"), lambda r: f"{r['name']} in {r['container']}",
-            lambda r: f"{r['calls']} calls, {duration(r['dur_ns'])}", lambda r: r["dur_ns"])
-        summary = f"{int(zeroing['calls'].sum())} zeroing ops inside zero_grad took {duration(spent)}"
+            lambda r: f"{r['calls']} calls, {duration(r['dur_ns'])} on the host", lambda r: r["dur_ns"])
+        summary = (f"{int(zeroing['calls'].sum())} zeroing ops inside zero_grad took {duration(spent)} "
+                   f"of {data.time_word}")
         return self.finding(Severity.MODERATE, spent, summary, evidence)
+
+
+def _zero_grad_device_ns(data: RunData) -> float:
+    """The GPU time of everything launched inside zero_grad: with ``set_to_none`` it launches nothing."""
+    launched = data.device_time_under(f"name LIKE {data.run.engine.dialect.literal(ZERO_GRAD_RANGE)}")
+    return float(launched["device_ns"].sum())

@@ -44,7 +44,7 @@
   function fmtTime(ns) {
     var abs = Math.abs(ns);
     for (var i = 0; i < TIME_UNITS.length; i++) {
-      if (abs >= TIME_UNITS[i][0]) return (ns / TIME_UNITS[i][0]).toPrecision(4).replace(/\.?0+$/, "") + " " + TIME_UNITS[i][1];
+      if (abs >= TIME_UNITS[i][0]) return (ns / TIME_UNITS[i][0]).toPrecision(4).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "") + " " + TIME_UNITS[i][1];
     }
     return "0";
   }
@@ -64,6 +64,79 @@
     var h = 0;
     for (var i = 0; i < text.length; i++) h = (h * 31 + text.charCodeAt(i)) >>> 0;
     return h % 360;
+  }
+
+
+  /* ---- what the page opens with: the GPUs and the advice ---- */
+
+  function renderGpu() {
+    var gpu = data.gpu, box = section("gpu", "GPU");
+    if (gpu.reason) { note(box, gpu.reason, "gpu-reason"); return; }
+    var devices = gpu.devices;
+    devices.rows.forEach(function (d) {
+      var at = function (key) { return d[devices.columns.indexOf(key)]; };
+      note(box, at("device") + (data.summary.ranks.length > 1 ? " (rank " + at("rank") + ")" : "") + " busy " +
+        at("busy_pct").toFixed(1) + "% over " + at("window") + " (" + fmtTime(at("span_ns")) + "): kernels " +
+        fmtTime(at("kernel_ns")) + ", copies and memsets " + fmtTime(at("copy_ns")) + ", idle " + fmtTime(at("idle_ns")),
+        "gpu-busy");
+    });
+    box.appendChild(el("h3", null, "Utilisation per step"));
+    utilisationChart(box, gpu.steps);
+    box.appendChild(el("h3", null, "Kernels by GPU time"));
+    table(box, gpu.kernels, "table-gpu-kernels");
+  }
+
+  // One bar per GPU and step, the step's span as 100%: kernels, copies and memsets, idle.
+  function utilisationChart(parent, steps) {
+    var width = 1000, height = 220, pad = { l: 50, r: 10, t: 10, b: 36 };
+    var col = function (key) { return steps.columns.indexOf(key); };
+    var chart = svgEl("svg", { viewBox: "0 0 " + width + " " + height, "class": "chart", "data-testid": "gpu-chart" });
+    axes(chart, width, height, pad, "step (" + steps.rows.length + "; grey: warm-up or partial)", 100,
+      function (v) { return v.toFixed(0) + "%"; });
+    var step = (width - pad.l - pad.r) / Math.max(steps.rows.length, 1), inner = height - pad.t - pad.b;
+    steps.rows.forEach(function (r, i) {
+      var span = r[col("span_ns")] || 1, y = height - pad.b;
+      [["kernel_ns", "kernel"], ["copy_ns", "copy"], ["idle_ns", "idle"]].forEach(function (part) {
+        var h = inner * Math.max(r[col(part[0])], 0) / span;
+        h = Math.min(h, y - pad.t);
+        var bar = svgEl("rect", { x: pad.l + i * step, y: y - h, width: Math.max(step * 0.85, 0.5), height: h,
+          "class": "gpu " + part[1] + (r[col("status")] === "counted" ? "" : " uncounted"), "data-testid": "gpu-" + part[1] });
+        bar.appendChild(svgEl("title", null, r[col("step")] + " on " + r[col("device")] + ": " + part[1] + " " +
+          fmtTime(r[col(part[0])]) + " of " + fmtTime(span) + (r[col("status")] === "counted" ? "" : " (" + r[col("status")] + ")")));
+        chart.appendChild(bar);
+        y -= h;
+      });
+    });
+    parent.appendChild(chart);
+    note(parent, "Blue: kernels; orange: copies and memsets; light: idle. Busy " +
+      steps.rows.filter(function (r) { return r[col("status")] === "counted"; }).map(function (r) {
+        return r[col("busy_pct")]; }).reduce(function (lo, v) { return [Math.min(lo[0], v), Math.max(lo[1], v)]; },
+        [Infinity, -Infinity]).map(function (v) { return isFinite(v) ? v.toFixed(0) + "%" : "-"; }).join(" to ") +
+      " of each counted step.", "gpu-chart-note");
+  }
+
+  function renderAdvice() {
+    var advice = data.advice, box = section("advice", "Advice");
+    if (advice.reason) note(box, advice.reason, "advice-reason");
+    if (!advice.findings.length) return;
+    note(box, "The top " + advice.findings.length + " of " + advice.total + " findings, most time at stake first " +
+      "(dlprof advise shows every one with its threshold and source).", "advice-note");
+    var list = el("ol", { "class": "findings", "data-testid": "advice-findings" });
+    advice.findings.forEach(function (f) {
+      var item = el("li", { "data-rule": f.rule });
+      var head = el("p", { "class": "finding" });
+      head.appendChild(el("strong", null, f.title));
+      head.appendChild(document.createTextNode(" (" + f.rule + ", " + f.severity + "): " + fmtTime(f.stake_ns) + " at stake" +
+        (f.shared_ns > 0 ? " (" + fmtTime(f.shared_ns) + " of the time it claims counted under " + f.shared_with.join(", ") + ")" : "")));
+      item.appendChild(head);
+      item.appendChild(el("p", { "class": "note" }, f.summary));
+      var places = el("ul");
+      f.evidence.forEach(function (e) { places.appendChild(el("li", null, e.place + ": " + e.detail)); });
+      item.appendChild(places);
+      item.appendChild(el("p", { "class": "fix" }, "Fix: " + f.fix));
+      list.appendChild(item);
+    });
+    box.appendChild(list);
   }
 
   /* ---- summary ---- */
@@ -123,14 +196,26 @@
     var rows = data.steps.rows;
     if (!rows.length) { note(box, data.steps.reason); return; }
     var width = 1000, height = 260, pad = { l: 70, r: 10, t: 10, b: 36 };
-    var max = Math.max.apply(null, rows.map(function (r) { return r[3]; })) || 1;
-    var chart = svgEl("svg", { viewBox: "0 0 " + width + " " + height, "class": "chart", "data-testid": "step-chart" });
+    // The axis fits the counted steps, up to three times their median: a warm-up step (model
+    // set-up, the first CUDA calls) or one stalled step many times longer would flatten the
+    // others; a bar past the axis is cut and its time written above it.
+    var countedDurs = rows.filter(function (r) { return r[4] === "counted"; }).map(function (r) { return r[3]; });
+    var all = rows.map(function (r) { return r[3]; });
+    var sorted = countedDurs.slice().sort(function (a, b) { return a - b; });
+    var median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
+    var max = (sorted.length ? Math.min(sorted[sorted.length - 1], 3 * median) * 1.15 : Math.max.apply(null, all)) || 1;
+    var chart = svgEl("svg", { viewBox: "0 0 " + width + " " + height, "class": "chart", "data-testid": "step-chart",
+      "data-axis-max": max });
     axes(chart, width, height, pad, "step (" + rows.length + ", in order of start)", max, fmtTime);
     var step = (width - pad.l - pad.r) / rows.length;
     rows.forEach(function (r, i) {
-      var h = (height - pad.t - pad.b) * r[3] / max;
+      var h = (height - pad.t - pad.b) * Math.min(r[3], max) / max;
+      if (r[3] > max) {
+        chart.appendChild(svgEl("text", { x: pad.l + i * step + step * 0.42, y: pad.t + 10, "text-anchor": "middle",
+          "class": "cut", "data-testid": "step-cut" }, "\u25B2 " + fmtTime(r[3])));
+      }
       var bar = svgEl("rect", { x: pad.l + i * step, y: height - pad.b - h, width: Math.max(step * 0.85, 0.5), height: h,
-        "class": "bar rank" + (r[0] % 4) + (r[4] === "counted" ? "" : " uncounted") });
+        "class": "bar rank" + (r[0] % 4) + (r[4] === "counted" ? "" : " uncounted") + (r[3] > max ? " cut" : "") });
       bar.appendChild(svgEl("title", null, r[1] + (data.summary.ranks.length > 1 ? " (rank " + r[0] + ")" : "") + ": " + fmtTime(r[3]) +
         (r[4] === "counted" ? "" : " (" + r[4] + ")")));
       chart.appendChild(bar);
@@ -426,6 +511,8 @@
     box.appendChild(svg);
   }
 
+  renderGpu();
+  renderAdvice();
   renderSummary();
   renderSteps();
   renderTables();
