@@ -9,6 +9,16 @@ ends for a module whose input needs no gradient. A container's backward spans it
 Forward slices are named ``<path> (<Class>) forward``, backward ones ``... backward``; ``bytes``
 holds the size of the forward's output tensors (the activation memory the layer keeps).
 
+Under torch.compile the hooks do nothing while Dynamo traces them (``torch.compiler.is_compiling()``
+is their first test, which Dynamo folds to a constant): the compiled code holds no trace of
+them, so dlprof adds no graph break, guard or recompilation, and layers inside a compiled region
+are not timed. A module compiled with ``torch.compile(module)`` is called through its
+``OptimizedModule`` outside the compiled code, and is timed there under the original module's
+name (its forward and backward are the compiled region's); one compiled with ``module.compile()``
+is compiled hooks and all, and has no slice. torch warns that global hooks fire for the
+``OptimizedModule``; that is what dlprof wants, so the warning, which the program would not
+print unprofiled, is not shown while the collector runs.
+
 With counters configured (``profile(counters=[...])``), the counters are read at each slice's
 boundaries (forward: the pre- and post-hook; backward: the autograd pre-hook that starts it and
 the marker that ends it) and their deltas become metrics rows of the slice, as for steps and
@@ -17,11 +27,13 @@ regions. In thread scope, backward work on another thread than the one counted r
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.keys import Kind
@@ -45,6 +57,7 @@ class LayersCollector(Collector):
 
         self._grad_enabled = torch.is_grad_enabled
         self._in_backward = torch._C._current_autograd_node
+        self._compiling = torch.compiler.is_compiling
         self._slices = context.slices
         self._kind = self._slices.kind_code(Kind.MODULE)
         # id(module) -> (weak reference, forward code, backward code); a WeakKeyDictionary
@@ -56,6 +69,8 @@ class LayersCollector(Collector):
         # None without counters: then the hooks pay one attribute check for them, nothing more.
         self._reader = context.counter_reader
         self._record_counts = context.record_counts
+        warnings.filterwarnings("ignore", message=COMPILED_MODULE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._pre_forward),
             module_hooks.register_module_forward_hook(self._post_forward),
@@ -65,7 +80,13 @@ class LayersCollector(Collector):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        # An ignore filter leaves nothing in the warning registries: removing it is enough.
+        filters = cast(list[Any], warnings.filters)  # a list, which typeshed calls a Sequence
+        if self._warning_filter in filters:
+            filters.remove(self._warning_filter)
         self._record_backward()
+        if compiled_graphs():
+            self.notes.append(COMPILED_NOTE)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         self._recording = action.records
@@ -98,7 +119,9 @@ class LayersCollector(Collector):
     # --- forward ------------------------------------------------------------------------------
 
     def _pre_forward(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self._recording:
+        # First, before any attribute is read: Dynamo traces nothing past it (a guard on
+        # _recording would recompile at each change of the schedule).
+        if self._compiling() or not self._recording:
             return
         try:
             stack: list[tuple[int, list[Any], Any]] = self._local.stack
@@ -107,8 +130,9 @@ class LayersCollector(Collector):
         codes = self._codes(module)
         if not stack and codes is None:
             # The outermost module names every layer below it by its path.
+            top = _class_name(module)
             for path, child in module.named_modules():
-                self._name(child, path or type(module).__name__)
+                self._name(child, _layer_path(path) or top)
         elif codes is not None and self._slices.is_throttled(codes[0]):
             self._slices.count_untimed(codes[0])  # counted, not traced (as TAU throttles)
             return
@@ -120,12 +144,14 @@ class LayersCollector(Collector):
         stack.append((time.perf_counter_ns(), call, module))
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if self._compiling():
+            return
         stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
         if not stack or stack[-1][2] is not module:
             return  # recording began inside this module's forward, or the module is throttled
         end = time.perf_counter_ns()
         start, call, _ = stack.pop()
-        codes = self._codes(module) or self._name(module, type(module).__name__)
+        codes = self._codes(module) or self._name(module, _class_name(module))
         reader = self._reader
         after = reader() if reader is not None else ()
         slice_id = self._slices.record(
@@ -152,7 +178,7 @@ class LayersCollector(Collector):
         return entry[1], entry[2]
 
     def _name(self, module: Any, path: str) -> tuple[int, int]:
-        label = f"{path} ({type(module).__name__})"
+        label = f"{path} ({_class_name(module)})"
         forward = self._slices.intern(f"{label} {FORWARD}")
         backward = self._slices.intern(f"{label} {BACKWARD}")
         self._names[id(module)] = (weakref.ref(module), forward, backward)
@@ -186,6 +212,34 @@ class LayersCollector(Collector):
                 slice_id = self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
                 if self._reader is not None:
                     self._record_counts(slice_id, call[_START_COUNTS], call[_END_COUNTS])
+
+
+# What torch says when a module compiled with torch.compile(module) is called while global
+# module hooks are registered (torch/_dynamo/eval_frame.py, OptimizedModule.__call__).
+COMPILED_MODULE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+COMPILED_NOTE = ("inside torch.compile'd code no layer is timed (the hooks would change what Dynamo "
+                 "traces): a torch.compile(module) is one layer, its compiled region; "
+                 "a module.compile() has none")
+# The attribute torch.compile's OptimizedModule holds the compiled module in; a path through it
+# names the same layer as the module's own path.
+_COMPILED_ORIGINAL = "_orig_mod"
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process (0 if Dynamo was never loaded)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    return int(dynamo_utils.counters["stats"]["unique_graphs"]) if dynamo_utils is not None else 0
+
+
+def _class_name(module: Any) -> str:
+    """A module's class, the original's for torch.compile's OptimizedModule wrapper."""
+    return type(getattr(module, _COMPILED_ORIGINAL, module)).__name__
+
+
+def _layer_path(path: str) -> str:
+    """A module's path, without the steps through torch.compile's wrappers
+    (``encoder._orig_mod.fc`` is ``encoder.fc``, as in the eager model)."""
+    return ".".join(part for part in path.split(".") if part and part != _COMPILED_ORIGINAL)
 
 
 # One forward call: [parent call, backward name code, backward start, backward end,

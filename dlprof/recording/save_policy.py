@@ -107,6 +107,12 @@ class SaveClock:
         self._baseline = self._memory()
         self._growth = 0
         self._events_due = False
+        self._requested = ""
+
+    def request(self, reason: str) -> None:
+        """A save was due where none could be made (a step boundary inside a C++ range): one is
+        due from now on, for ``reason``, until it is made."""
+        self._requested = reason
 
     def begin_save(self) -> None:
         """A save begins: what was recorded since the last one ends here."""
@@ -127,6 +133,8 @@ class SaveClock:
         """
         if self.saving:
             return None
+        if self._requested:
+            return self._requested
         now = time.perf_counter_ns()
         seconds = (now - self._saved_at) / 1e9
         if seconds >= self.limits.seconds:

@@ -246,7 +246,7 @@ class Session:
                 self._waiting_since = self._step_start
             else:
                 self.save_waiting = False
-                self._save()
+                self._save_between_steps()
         self._begin_step()
 
     def log(self, source: SeriesSource, split: str, values: Sequence[tuple[str, float | None]],
@@ -270,8 +270,18 @@ class Session:
         two steps as any step's save is, if no other region of that step is still open."""
         if self.save_waiting and not self._regions_begun_since(self._waiting_since):
             self.save_waiting = False
-            self._save()
+            self._save_between_steps()
             self._begin_step()
+
+    def _save_between_steps(self) -> None:
+        """Save at a step boundary, unless a collector says a save here would cut work in two (a
+        step ended inside a compiled region or an autograd node, whose C++ ranges a cut of the
+        profiler's recording would corrupt): the save is then made inside the next step, as
+        soon as one can be (MidStepSaves)."""
+        if self._collectors.save_would_split():
+            self._save_clock.request("a step boundary's save waited for a C++ range to end")
+        else:
+            self._save()
 
     def _save_would_split(self) -> bool:
         """Whether a save inside the step now would cut work that nests badly across saves: a
