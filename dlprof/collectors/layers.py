@@ -12,10 +12,12 @@ holds the size of the forward's output tensors (the activation memory the layer 
 Under torch.compile the hooks do nothing while Dynamo traces them (``torch.compiler.is_compiling()``
 is their first test, which Dynamo folds to a constant): the compiled code holds no trace of
 them, so dlprof adds no graph break, guard or recompilation, and layers inside a compiled region
-are not timed. A module compiled with ``torch.compile(module)`` is called through its
-``OptimizedModule`` outside the compiled code, and is timed there under the original module's
-name (its forward and backward are the compiled region's); one compiled with ``module.compile()``
-is compiled hooks and all, and has no slice. torch warns that global hooks fire for the
+are not timed. Run uncompiled inside a compiled call (Dynamo skips torch.nn's own frames), they
+are kept out of Dynamo's reach (:mod:`dlprof.support.outside_dynamo`) and time as in eager code.
+A module compiled with ``torch.compile(module)`` is called through its ``OptimizedModule``
+outside the compiled code, and is timed there under the original module's name (its forward and
+backward are the compiled region's); the layers of one compiled with ``module.compile()`` are
+timed where Dynamo leaves them uncompiled, and not where it compiles them. torch warns that global hooks fire for the
 ``OptimizedModule``; that is what dlprof wants, so the warning, which the program would not
 print unprofiled, is not shown while the collector runs.
 
@@ -39,6 +41,7 @@ from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.save_jobs import OpenSlice
+from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -63,12 +66,20 @@ class LayersCollector(Collector):
         # id(module) -> (weak reference, forward code, backward code); a WeakKeyDictionary
         # would build a weak reference on every lookup, and this runs twice per module call.
         self._names: dict[int, tuple[weakref.ref[Any], int, int]] = {}
+        # id() of the modules a torch.compile wrapper (OptimizedModule) holds: the wrapper's call
+        # is the layer's slice, and the module's own call inside it (where Dynamo leaves the
+        # hooks uncompiled) is not another.
+        self._compiled: set[int] = set()
         self._local = threading.local()
         self._recording = context.action.records
         self._calls: list[list[Any]] = []
         # None without counters: then the hooks pay one attribute check for them, nothing more.
         self._reader = context.counter_reader
         self._record_counts = context.record_counts
+        self._outside_dynamo = keep_out_of_dynamo([
+            LayersCollector._pre_forward.__code__, LayersCollector._post_forward.__code__,
+            *nested_codes(_watch_backward),
+        ])
         warnings.filterwarnings("ignore", message=COMPILED_MODULE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
         self._handles = [
@@ -80,6 +91,7 @@ class LayersCollector(Collector):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._outside_dynamo.cancel()
         # An ignore filter leaves nothing in the warning registries: removing it is enough.
         filters = cast(list[Any], warnings.filters)  # a list, which typeshed calls a Sequence
         if self._warning_filter in filters:
@@ -127,6 +139,9 @@ class LayersCollector(Collector):
             stack: list[tuple[int, list[Any], Any]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
+        if (self._compiled and id(module) in self._compiled and stack
+                and getattr(stack[-1][2], _COMPILED_ORIGINAL, None) is module):
+            return  # called by its torch.compile wrapper, timed as this layer already
         codes = self._codes(module)
         if not stack and codes is None:
             # The outermost module names every layer below it by its path.
@@ -178,6 +193,8 @@ class LayersCollector(Collector):
         return entry[1], entry[2]
 
     def _name(self, module: Any, path: str) -> tuple[int, int]:
+        if type(module).__name__ == _COMPILED_WRAPPER:
+            self._compiled.add(id(getattr(module, _COMPILED_ORIGINAL)))
         label = f"{path} ({_class_name(module)})"
         forward = self._slices.intern(f"{label} {FORWARD}")
         backward = self._slices.intern(f"{label} {BACKWARD}")
@@ -220,8 +237,9 @@ COMPILED_MODULE_WARNING = r"Using `torch\.compile\(module\)` when there are glob
 COMPILED_NOTE = ("inside torch.compile'd code no layer is timed (the hooks would change what Dynamo "
                  "traces): a torch.compile(module) is one layer, its compiled region; "
                  "a module.compile() has none")
-# The attribute torch.compile's OptimizedModule holds the compiled module in; a path through it
-# names the same layer as the module's own path.
+# torch.compile's wrapper of a module, and the attribute it holds the module in; a path through
+# it names the same layer as the module's own path.
+_COMPILED_WRAPPER = "OptimizedModule"
 _COMPILED_ORIGINAL = "_orig_mod"
 
 

@@ -19,6 +19,7 @@ import functools
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
+from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
 
 _WRAPPED = "_dlprof_step_wrapper"
 
@@ -43,6 +44,10 @@ class OptimizerSteps(Collector):
         self._step = step
         self._driver: Any = None
         self._wrapped: list[Any] = []
+        # The wrapper of the optimizer's step is left to Dynamo (what it calls is the program's).
+        self._outside_dynamo = keep_out_of_dynamo([step.__code__, OptimizerSteps._first_sight.__code__,
+                                                   *(code for code in nested_codes(OptimizerSteps._first_sight)
+                                                     if code.co_name != "step_then_mark")])
         self._handle = register_optimizer_step_pre_hook(self._first_sight)
 
     def _first_sight(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -79,6 +84,7 @@ class OptimizerSteps(Collector):
 
     def stop(self) -> None:
         self._handle.remove()
+        self._outside_dynamo.cancel()
         for optimizer in self._wrapped:
             optimizer.__dict__.pop("step", None)
             optimizer.__dict__.pop(_WRAPPED, None)

@@ -47,6 +47,7 @@ from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
+from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
 from dlprof.support.thread_watch import ThreadWatch
 from dlprof.support.torch_profilers import ProgramProfilers
 from dlprof.support.torch_ranges import RangeCuts
@@ -140,17 +141,22 @@ class TorchCollector(Collector):
         self._programs = ProgramProfilers(on_program_profiler=self._give_way)
         self._ranges.install()
         self._programs.install()
+        # Their wrappers run wherever the program enters a range or starts a profiler, compiled
+        # code's uncompiled frames included.
+        self._outside_dynamo = keep_out_of_dynamo([*nested_codes(RangeCuts.install),
+                                                   *nested_codes(ProgramProfilers.install)])
         try:
             self._enter(_STATE_OF_ACTION[context.action])
         except BaseException:
             self._programs.uninstall()
             self._ranges.uninstall()
             self._threads.close()
+            self._outside_dynamo.cancel()
             raise
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
+        self._enter(_STATE_OF_ACTION[action])  # what it finds lost was lost in the step ending now
         self._step = step
-        self._enter(_STATE_OF_ACTION[action])
 
     def save(self) -> None:
         if self._state is _State.RECORDING and not self._lost():
@@ -163,6 +169,7 @@ class TorchCollector(Collector):
         self._enter(_State.IDLE)
         self._programs.uninstall()
         self._ranges.uninstall()
+        self._outside_dynamo.cancel()
         if self._ranges.splits:
             split = ", ".join(f"{name}: {n}" for name, n in self._ranges.splits.most_common(5))
             self.notes.append(f"{sum(self._ranges.splits.values())} torch range(s) open at a save were split there, "

@@ -30,6 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from dlprof.support.import_watch import ImportWatch
+from dlprof.support.outside_dynamo import keep_out_of_dynamo
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # How often the process's memory is read at step boundaries, at most.
 _MEMORY_CHECK_NS = 50_000_000
@@ -193,6 +196,7 @@ class MidStepSaves:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous: Callable[[int, FrameType | None], object] | int | None = None
+        self._outside_dynamo: ImportWatch | None = None
         self.saves = 0
         self.unavailable = ""  # why saves inside steps cannot be made here ("" when they can)
 
@@ -204,6 +208,9 @@ class MidStepSaves:
         if current not in (signal.SIG_DFL, signal.SIG_IGN, None):
             self.unavailable = f"the program handles {SAVE_SIGNAL.name} itself: saves only at step boundaries"
             return
+        # The handler may run between two bytecodes of a compiled region's own Python: Dynamo
+        # must not compile it, nor the save it makes (support/outside_dynamo.py).
+        self._outside_dynamo = keep_out_of_dynamo([MidStepSaves._handle.__code__])
         self._previous = signal.signal(SAVE_SIGNAL, self._handle)
         # A real SIGURG (a socket's out-of-band data) must not interrupt the program's system calls.
         signal.siginterrupt(SAVE_SIGNAL, False)
@@ -215,6 +222,8 @@ class MidStepSaves:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._outside_dynamo is not None:
+            self._outside_dynamo.cancel()
         if self._previous is not None:
             signal.signal(SAVE_SIGNAL, self._previous)
             self._previous = None
