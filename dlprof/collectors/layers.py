@@ -13,7 +13,7 @@ Under torch.compile the hooks do nothing while Dynamo traces them (``torch.compi
 is their first test, which Dynamo folds to a constant): the compiled code holds no trace of
 them, so dlprof adds no graph break, guard or recompilation, and layers inside a compiled region
 are not timed. Run uncompiled inside a compiled call (Dynamo skips torch.nn's own frames), they
-are kept out of Dynamo's reach (:mod:`dlprof.support.outside_dynamo`) and time as in eager code.
+are kept out of Dynamo's reach (:mod:`dlprof.support.dynamo`) and time as in eager code.
 A module compiled with ``torch.compile(module)`` is called through its ``OptimizedModule``
 outside the compiled code, and is timed there under the original module's name (its forward and
 backward are the compiled region's); the layers of one compiled with ``module.compile()`` are
@@ -29,7 +29,6 @@ regions. In thread scope, backward work on another thread than the one counted r
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import warnings
@@ -41,7 +40,7 @@ from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.save_jobs import OpenSlice
-from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
+from dlprof.support.dynamo import compiled_graphs, keep_out_of_dynamo, nested_codes
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -234,19 +233,13 @@ class LayersCollector(Collector):
 # What torch says when a module compiled with torch.compile(module) is called while global
 # module hooks are registered (torch/_dynamo/eval_frame.py, OptimizedModule.__call__).
 COMPILED_MODULE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
-COMPILED_NOTE = ("inside torch.compile'd code no layer is timed (the hooks would change what Dynamo "
-                 "traces): a torch.compile(module) is one layer, its compiled region; "
-                 "a module.compile() has none")
+COMPILED_NOTE = ("torch.compile: layers inside compiled code are not timed (a hook there would change "
+                 "what Dynamo compiles); a compiled module is one layer holding its compiled region, "
+                 "and the layers Dynamo leaves uncompiled (torch.nn's own containers) are timed")
 # torch.compile's wrapper of a module, and the attribute it holds the module in; a path through
 # it names the same layer as the module's own path.
 _COMPILED_WRAPPER = "OptimizedModule"
 _COMPILED_ORIGINAL = "_orig_mod"
-
-
-def compiled_graphs() -> int:
-    """How many graphs torch.compile has compiled in this process (0 if Dynamo was never loaded)."""
-    dynamo_utils = sys.modules.get("torch._dynamo.utils")
-    return int(dynamo_utils.counters["stats"]["unique_graphs"]) if dynamo_utils is not None else 0
 
 
 def _class_name(module: Any) -> str:

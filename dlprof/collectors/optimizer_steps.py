@@ -19,7 +19,7 @@ import functools
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
-from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
+from dlprof.support.dynamo import keep_out_of_dynamo, nested_codes
 
 _WRAPPED = "_dlprof_step_wrapper"
 

@@ -47,7 +47,7 @@ from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
-from dlprof.support.outside_dynamo import keep_out_of_dynamo, nested_codes
+from dlprof.support.dynamo import compiled_graphs, keep_out_of_dynamo, nested_codes
 from dlprof.support.thread_watch import ThreadWatch
 from dlprof.support.torch_profilers import ProgramProfilers
 from dlprof.support.torch_ranges import RangeCuts
@@ -102,7 +102,8 @@ class TorchCollector(Collector):
         self._context = context
         config = context.config
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
+        self._cuda = torch.cuda.is_available()
+        if self._cuda:
             activities.append(ProfilerActivity.CUDA)
         else:
             self.notes.append("no CUDA device: CPU ops only (no kernels, memcpy or memset)")
@@ -175,6 +176,8 @@ class TorchCollector(Collector):
             self.notes.append(f"{sum(self._ranges.splits.values())} torch range(s) open at a save were split there, "
                               f"one slice per recording they span ({split})")
         self._threads.close()
+        if compiled_graphs():
+            self.notes.append(COMPILED_CUDA_NOTE if self._cuda else COMPILED_CPU_NOTE)
         if self._threads.names:
             names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
@@ -285,6 +288,23 @@ class TorchCollector(Collector):
         )
         self._cycle += 1
         self._context.convert(Cycle(self.name, job))
+
+
+# What a compiled program's recording holds (torch 2.13): Dynamo's and Inductor's compile phases
+# as ranges (their names: dynamo, inductor_compile, compile_fx_inner (dynamo_timed)...), each
+# compiled call as Torch-Compiled Region, CompiledFunction and ## Call CompiledFxGraph <key> ##.
+COMPILED_CPU_NOTE = (
+    "torch.compile: compiled regions recorded (Torch-Compiled Region, CompiledFunction and their "
+    "backward), with the ATen ops they call (extern kernels: convolutions, matmuls); Inductor's "
+    "own C++ kernels (cpp_fused_*) are not recorded on a CPU unless the program sets "
+    "torch._inductor.config.cpp.enable_kernel_profile = True: their time is the self time of "
+    "'## Call CompiledFxGraph ##'; compiling is recorded as Dynamo's and Inductor's phases "
+    "(dynamo, inductor_compile...), in the first calls")
+COMPILED_CUDA_NOTE = (
+    "torch.compile: compiled regions recorded (Torch-Compiled Region, CompiledFunction and their "
+    "backward) with the Triton kernels Inductor launches (triton_*, named after the ops they fuse) "
+    "and the ATen ops they call; compiling is recorded as Dynamo's and Inductor's phases "
+    "(dynamo, inductor_compile...), in the first calls")
 
 
 class ProfilerBusy(RuntimeError):

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from dlprof.support.dynamo import keep_out_of_dynamo
 from dlprof.support.import_watch import ImportWatch
-from dlprof.support.outside_dynamo import keep_out_of_dynamo
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # How often the process's memory is read at step boundaries, at most.
@@ -209,7 +209,7 @@ class MidStepSaves:
             self.unavailable = f"the program handles {SAVE_SIGNAL.name} itself: saves only at step boundaries"
             return
         # The handler may run between two bytecodes of a compiled region's own Python: Dynamo
-        # must not compile it, nor the save it makes (support/outside_dynamo.py).
+        # must not compile it, nor the save it makes (support/dynamo.py).
         self._outside_dynamo = keep_out_of_dynamo([MidStepSaves._handle.__code__])
         self._previous = signal.signal(SAVE_SIGNAL, self._handle)
         # A real SIGURG (a socket's out-of-band data) must not interrupt the program's system calls.

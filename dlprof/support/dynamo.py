@@ -1,4 +1,5 @@
-"""dlprof's own code kept out of torch.compile's frame evaluation.
+"""What dlprof needs of torch.compile's Dynamo: its own code kept out of Dynamo's frame
+evaluation, and how many graphs the program compiled.
 
 While a compiled function runs, Dynamo evaluates every Python frame its thread starts: a frame
 of a file it does not skip (dlprof's are not torch's) is compiled. dlprof's hooks run inside
@@ -20,6 +21,7 @@ never compiles never loads Dynamo for dlprof's sake.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from types import CodeType, ModuleType
 from typing import Any
@@ -66,3 +68,10 @@ def _mark(codes: tuple[CodeType, ...]) -> None:
         return
     for code in codes:
         set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process (0 if Dynamo was never loaded:
+    it is not loaded for the asking)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    return int(dynamo_utils.counters["stats"]["unique_graphs"]) if dynamo_utils is not None else 0
