@@ -67,26 +67,17 @@ def _train(how: str, backend: str, steps: int, profiled: Callable[[], Session] |
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(4, 8), torch.randn(4, 4)
+    forward = model if how == "train_step" else _compiled(how, model, backend)
+
+    def train_step() -> Any:
+        loss = nn.functional.mse_loss(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
     if how == "train_step":  # the whole step compiled, the optimizer's step among it
-        forward: Callable[[Any], Any] = model
-
-        @torch.compile(backend=backend)
-        def train_step() -> Any:
-            loss = nn.functional.mse_loss(forward(x), y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss
-    else:
-        forward = _compiled(how, model, backend)
-
-        def train_step() -> Any:
-            loss = nn.functional.mse_loss(forward(x), y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss
-
+        train_step = torch.compile(train_step, backend=backend)
     if profiled is None:
         for _ in range(steps):
             train_step()
