@@ -93,6 +93,7 @@ def _run_script(tmp_path: Path, source: str, *options: str) -> subprocess.Comple
                           capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_a_program_that_starts_its_own_profiler_runs_and_the_run_is_degraded(tmp_path: Path) -> None:
     """Before, the program's profiler took Kineto over and dlprof's next save read a trace that was
     gone: SIGSEGV. Now dlprof gives way, the program's profiler works, and every view says the
@@ -123,6 +124,7 @@ def test_a_program_that_starts_its_own_profiler_runs_and_the_run_is_degraded(tmp
     assert "the program started a torch.profiler of its own" in report.read_text()
 
 
+@pytest.mark.slow
 def test_strict_makes_a_degraded_run_exit_non_zero(tmp_path: Path) -> None:
     done = _run_script(tmp_path, OWN_PROFILER, "--collectors", "torch", "--strict")
     assert done.returncode == 3, done.stderr[-3000:]
