@@ -273,6 +273,7 @@ for p in model.parameters():
 x = torch.randn(32, 64)
 for _ in range(6):
     model(x).sum().backward()
+    time.sleep(0.3)  # outside the backward: where the save that waited is made
 print("done")
 """
 
