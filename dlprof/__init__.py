@@ -67,6 +67,7 @@ def profile(
     save_seconds: float = 10.0,
     memory_cap_mib: int = 512,
     force: bool = False,
+    strict: bool = False,
 ) -> Session:
     """A profiling session for a block of code; use it with ``with``.
 
@@ -95,6 +96,10 @@ def profile(
             that profiling holds about this much above the program's own (``--memory-cap``).
         force: replace the run already in ``out`` (as ``dlprof run --force``); without it an
             ``out`` that holds a run is refused. Ranks of a job share ``out`` and never check.
+        strict: a collector that cannot record is an error, not a degraded run (as ``dlprof run
+            --strict``): entering the block raises ``CollectorError`` where that is known then
+            (a collector named in ``collectors`` that cannot run here, one that fails to start),
+            leaving it raises ``DegradedRun`` otherwise, once the run is saved.
 
     Returns:
         The session; call ``.step()`` at the end of each training step.
@@ -135,6 +140,7 @@ def profile(
         memory_cap_bytes=memory_cap_mib << 20,
         rank=place.rank,
         world_size=place.world_size,
+        strict=strict,
     )
     return Session(config)
 

@@ -53,6 +53,10 @@ class ProfileConfig:
     counters: tuple[str, ...] = ()
     # "thread": the thread that starts the session; "process": every thread of the process.
     counter_scope: str = "thread"
+    # A collector that cannot record (one asked for that cannot run here, one that fails to
+    # start or stops recording) is an error, not a degraded run: at start where it is known
+    # then, at the end otherwise.
+    strict: bool = False
 
     @property
     def effective_schedule(self) -> Schedule:

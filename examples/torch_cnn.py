@@ -2,6 +2,8 @@
 
     dlprof run examples/torch_cnn.py --steps 300
     dlprof run examples/torch_cnn.py --device cuda    # on a GPU: kernels, memcpy and memset too
+    dlprof run examples/torch_cnn.py --compile        # the model compiled with torch.compile
+    dlprof run examples/torch_cnn.py --compile max-autotune   # a torch.compile mode
     python examples/torch_cnn.py          # the same, unprofiled
 
 Regions mark data loading and validation; under `dlprof run` each optimizer.step() ends a step.
@@ -49,12 +51,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="where to train: cpu, cuda or cuda:N")
+    parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
+                        choices=["default", "reduce-overhead", "max-autotune"],
+                        help="compile the model with torch.compile (MODE: default, reduce-overhead, max-autotune)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
     model = CNN().to(device)
+    forward = torch.compile(model, mode=args.compile) if args.compile else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     data = synthetic_batches(16, args.batch_size)
@@ -65,14 +71,14 @@ def main() -> None:
             if device.type != "cpu":  # a host-to-device copy each step, as an input pipeline makes
                 inputs, labels = inputs.to(device), labels.to(device)
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
+        loss = loss_fn(forward(inputs), labels)
         loss.backward()
         optimizer.step()
         if step % 100 == 0:
             print(f"step {step:4d}  loss {loss.item():.4f}")
     with dlprof.region("validate"), torch.no_grad():
         inputs, labels = (tensor.to(device) for tensor in data[0])
-        accuracy = (model(inputs).argmax(1) == labels).float().mean().item()
+        accuracy = (forward(inputs).argmax(1) == labels).float().mean().item()
     print(f"trained {args.steps} steps in {time.perf_counter() - started:.1f}s, accuracy {accuracy:.2f}")
 
 

@@ -138,6 +138,7 @@ def _summary(run: Run, t0: int) -> dict[str, Any]:
         "status": str(run.status),
         "exit_code": manifest.exit_code,
         "error": manifest.error,
+        "degraded": list(manifest.degraded),  # why the recording is not whole, a line each
         "start_ns": manifest.start_ns,
         "end_ns": manifest.end_ns,
         "duration_ns": manifest.duration_ns,

@@ -26,6 +26,9 @@ from dlprof.viewers.screen import printable, table_width
 
 HELP = """Show what a run is: status, command, times, host, devices, collectors, clocks, counts.
 
+A degraded run (its recording is not whole) has a line for each reason: a collector that could
+not start or stopped recording, and when.
+
 RUN is a run directory, or the name of one under --dir; by default the newest there.
 -f json prints the
 manifest (run.json) as written, plus "path" and "effective_status" (what dlprof reports:
@@ -106,6 +109,8 @@ def print_info(run: Run, console: Console) -> None:
         facts.add_row("throttled", _shown(f"{name}: {throttled['calls']:,} later calls counted, not traced "
                                         f"(more than {THROTTLE_CALLS:,} calls at under "
                                         f"{THROTTLE_PER_CALL_NS // 1000} us each, as TAU throttles)"))
+    for line in manifest.degraded:
+        facts.add_row("degraded", Text(printable(line), style=_STATUS_STYLE[RunStatus.DEGRADED]))
     for note in manifest.notes:
         facts.add_row("note", _shown(note))
     console.print(facts)

@@ -18,7 +18,8 @@ HELP = f"""List the runs under ./{RUNS_DIR} (or --dir), newest first.
 
 One row per run directory: its name (what other commands take as RUN), the script it
 profiled, its status (a run whose writer died shows as killed; one whose manifest or files
-cannot be read as unreadable or damaged, with the reason), when it started, how long
+cannot be read as unreadable or damaged, with the reason; one whose recording is not whole, a
+collector that could not start or stopped, as degraded, with the reason), when it started, how long
 it ran, its events (rows in all its tables) and its size on disk. No runs is not an
 error: a line says so and the exit status is 0 (CSV and JSON print an empty table).
 

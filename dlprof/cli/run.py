@@ -17,6 +17,9 @@ from dlprof.keys import RunStatus
 
 # Everything else is imported when the command runs: `dlprof --help` loads this module too.
 
+# The exit status under --strict of a run saved as degraded by a script that exited 0.
+STRICT_DEGRADED_EXIT = 3
+
 HELP = """Run a Python script (or -m module) under the profiler.
 
 The script runs as `python script.py args` would run it; its exit code passes through. The run
@@ -38,6 +41,12 @@ Examples:
   dlprof run --dir runs train.py               # -> runs/<time>-train; then dlprof top --dir runs
   dlprof run --nproc 2 ddp_train.py            # two ranks (torchrun), one run directory
   torchrun --nproc-per-node 2 -m dlprof run ddp_train.py   # the same, started by torchrun
+  dlprof run --strict --collectors torch,cupti train.py   # a collector that cannot record is an error
+
+A run whose recording is not whole (a collector asked for that cannot run here, one that could
+not start or stopped recording) is saved as degraded, and a warning saying why is the last line.
+With --strict that is an error: before the script starts where it is known then (exit 2,
+nothing written), else once the run is saved (exit 3, unless the script's own exit code is not 0).
 
 Under torchrun every rank writes its own partition of one run directory: -o DIR, or the
 DLPROF_RUN_DIR variable, or a name every rank derives from the launcher (pid and start time).
@@ -139,7 +148,12 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
         collectors = tuple(info.name for info in manifest.collectors if info.active)
         _print_top(run_dir, collectors, top_rows)
     # The failing rank's own exit code, where torchrun only says that one failed.
-    return manifest.exit_code or torchrun_code
+    exit_code = manifest.exit_code or torchrun_code
+    if manifest.degraded:
+        _warn_degraded(manifest.degraded, run_dir, "")
+        if context.params["strict"] and exit_code == 0:
+            exit_code = STRICT_DEGRADED_EXIT
+    return exit_code
 
 
 def _prepare_out(out: Path, force: bool) -> None:
@@ -251,11 +265,14 @@ class _CollectorsOption(click.Option):
                    "(torch.profiler then records no allocations).")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start N ranks on this machine with torchrun (--standalone); one run for all.")
+@click.option("--strict", is_flag=True,
+              help="A collector that cannot record is an error, not a degraded run: exit 2 before the "
+                   "script starts where that is known then, else exit 3 once the run is saved.")
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(output: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
             with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
-            nproc: int | None, target_and_args: tuple[str, ...]) -> int:
+            nproc: int | None, strict: bool, target_and_args: tuple[str, ...]) -> int:
     from dlprof.recording.runner import Target
 
     if module:
@@ -266,6 +283,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
     from dlprof.config import ProfileConfig
     from dlprof.distributed import RankEnvironment
+    from dlprof.recording.collector_set import CollectorError
     from dlprof.recording.runner import TargetError, run_target
     from dlprof.recording.session import new_run_dir
     from dlprof.schedule import Schedule, ScheduleError
@@ -299,9 +317,13 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         save_seconds=save_seconds,
         memory_cap_bytes=memory_cap_mib << 20,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
+        strict=strict,
     )
-    with _SavingStatus() as saving:
-        outcome = run_target(target, config, saving.update)
+    try:
+        with _SavingStatus() as saving:
+            outcome = run_target(target, config, saving.update)
+    except CollectorError as error:  # --strict, before the script started
+        raise UsageError(f"--strict: {error}; the script was not run") from None
     sys.stdout.flush()
     status = outcome.manifest.status
     who = f"rank {place.rank} of " if place.distributed else ""
@@ -312,9 +334,25 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         active = tuple(info.name for info in outcome.manifest.collectors if info.active)
         _print_top(outcome.run_dir, active, limit, rank=0 if place.distributed else None,
                    rank_status=status)
+    exit_code = outcome.exit_code
+    if outcome.manifest.degraded:
+        _warn_degraded(outcome.manifest.degraded, outcome.run_dir, who)
+        if strict and exit_code == 0:
+            exit_code = STRICT_DEGRADED_EXIT
     if outcome.signum is not None:
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(outcome.signum, signal.SIG_DFL)
         os.kill(os.getpid(), outcome.signum)
-    return outcome.exit_code
+    return exit_code
+
+
+def _warn_degraded(degraded: list[str], run_dir: Path, who: str) -> None:
+    """The last line of the output: the recording is not whole, and why (after the table, which
+    a person would otherwise read as the whole profile)."""
+    from dlprof.store.manifest import degraded_line
+
+    sys.stdout.flush()
+    print(f"dlprof: warning: {who}run degraded, recording not whole: {degraded_line(degraded)} ({run_dir})",
+          file=sys.stderr)
+    sys.stderr.flush()

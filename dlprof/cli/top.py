@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 
 import click
@@ -22,7 +23,9 @@ from dlprof.cli.nesting_note import print_nesting_note
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.engine.rows import Rows
 from dlprof.keys import SORT_KEY_ALIASES, GroupKey, Kind, SortKey, TableFormat
+from dlprof.store.manifest import degraded_line
 from dlprof.store.reader import Run
+from dlprof.viewers.screen import wrapped
 from dlprof.viewers.terminal import write_table
 
 HELP = """Show the most expensive ops, layers, regions, steps or kernels of a run.
@@ -161,7 +164,17 @@ def print_top(loaded: Run, kind: str, by: SortKey | None, group_by: GroupKey, li
     title = f"{loaded.path.name}: top {'leaf ' if leaves else ''}{kind} by {by}{where} ({state or loaded.status})"
     if kind == Kind.STEP and fmt is TableFormat.TABLE:
         table, title = _flag_uncounted_steps(loaded, table, title, rank)
+    if fmt is TableFormat.TABLE:
+        _say_degraded(loaded)
     write_table(table, title, fmt, sort=SORT_COLUMN[by])
+
+
+def _say_degraded(loaded: Run) -> None:
+    """A line above the table of a run whose recording is not whole: without it, the table of a
+    run whose torch collector failed reads as the whole profile."""
+    if loaded.manifest.degraded:
+        line = degraded_line(loaded.manifest.degraded)
+        click.echo(wrapped(f"degraded: recording not whole: {line}", sys.stdout, indent="  "))
 
 
 def _flag_uncounted_steps(loaded: Run, table: Rows, title: str, rank: int | None) -> tuple[Rows, str]:
@@ -193,4 +206,6 @@ def _print_op_view(loaded: Run, kind: str, by: SortKey, limit: int, rank: int | 
         raise UsageError(str(error)) from None
     title = (f"{loaded.path.name}: op view by {by}, value (this row and below %, own %) "
              f"({loaded.status})")
+    if fmt is TableFormat.TABLE:
+        _say_degraded(loaded)
     write_op_view(table, title, fmt, by=by)

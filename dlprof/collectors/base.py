@@ -1,7 +1,8 @@
 """The collector contract: ``available()``, ``start(context)``, ``stop()``, optional step hooks.
 
 A collector that cannot work here says why once, from ``available()``, and the run goes on
-without it. Collectors write only through the sink in their context. What a collector is (its
+without it. One that stops recording while the program runs (another profiler took its place)
+says why in ``degraded``: the run is then not complete. Collectors write only through the sink in their context. What a collector is (its
 name, the framework it waits for, whether it is in the default set, when it starts) are class
 attributes, which :mod:`dlprof.collectors.registry` and the session read.
 """
@@ -120,6 +121,9 @@ class Collector(ABC):
     def __init__(self) -> None:
         self.notes: list[str] = []  # what it could not do here, for the manifest
         self.active = True  # False when it started but chose not to collect (it says why in notes)
+        # Why what it recorded is not the whole run, a line each (it stopped recording at step 12
+        # because...): the session's manifest lists them, and the run reads as degraded.
+        self.degraded: list[str] = []
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -9,6 +9,18 @@ ends for a module whose input needs no gradient. A container's backward spans it
 Forward slices are named ``<path> (<Class>) forward``, backward ones ``... backward``; ``bytes``
 holds the size of the forward's output tensors (the activation memory the layer keeps).
 
+Under torch.compile the hooks do nothing while Dynamo traces them (``torch.compiler.is_compiling()``
+is their first test, which Dynamo folds to a constant): the compiled code holds no trace of
+them, so dlprof adds no graph break, guard or recompilation, and layers inside a compiled region
+are not timed. Run uncompiled inside a compiled call (Dynamo skips torch.nn's own frames), they
+are kept out of Dynamo's reach (:mod:`dlprof.support.dynamo`) and time as in eager code.
+A module compiled with ``torch.compile(module)`` is called through its ``OptimizedModule``
+outside the compiled code, and is timed there under the original module's name (its forward and
+backward are the compiled region's); the layers of one compiled with ``module.compile()`` are
+timed where Dynamo leaves them uncompiled, and not where it compiles them. torch warns that global hooks fire for the
+``OptimizedModule``; that is what dlprof wants, so the warning, which the program would not
+print unprofiled, is not shown while the collector runs.
+
 With counters configured (``profile(counters=[...])``), the counters are read at each slice's
 boundaries (forward: the pre- and post-hook; backward: the autograd pre-hook that starts it and
 the marker that ends it) and their deltas become metrics rows of the slice, as for steps and
@@ -19,14 +31,16 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.keys import Kind
 from dlprof.schedule import Action
 from dlprof.store.save_jobs import OpenSlice
+from dlprof.support.dynamo import compiled_graphs, keep_out_of_dynamo, nested_codes
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -45,17 +59,28 @@ class LayersCollector(Collector):
 
         self._grad_enabled = torch.is_grad_enabled
         self._in_backward = torch._C._current_autograd_node
+        self._compiling = torch.compiler.is_compiling
         self._slices = context.slices
         self._kind = self._slices.kind_code(Kind.MODULE)
         # id(module) -> (weak reference, forward code, backward code); a WeakKeyDictionary
         # would build a weak reference on every lookup, and this runs twice per module call.
         self._names: dict[int, tuple[weakref.ref[Any], int, int]] = {}
+        # id() of the modules a torch.compile wrapper (OptimizedModule) holds: the wrapper's call
+        # is the layer's slice, and the module's own call inside it (where Dynamo leaves the
+        # hooks uncompiled) is not another.
+        self._compiled: set[int] = set()
         self._local = threading.local()
         self._recording = context.action.records
         self._calls: list[list[Any]] = []
         # None without counters: then the hooks pay one attribute check for them, nothing more.
         self._reader = context.counter_reader
         self._record_counts = context.record_counts
+        self._outside_dynamo = keep_out_of_dynamo([
+            LayersCollector._pre_forward.__code__, LayersCollector._post_forward.__code__,
+            *nested_codes(_watch_backward),
+        ])
+        warnings.filterwarnings("ignore", message=COMPILED_MODULE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._pre_forward),
             module_hooks.register_module_forward_hook(self._post_forward),
@@ -65,7 +90,14 @@ class LayersCollector(Collector):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._outside_dynamo.cancel()
+        # An ignore filter leaves nothing in the warning registries: removing it is enough.
+        filters = cast(list[Any], warnings.filters)  # a list, which typeshed calls a Sequence
+        if self._warning_filter in filters:
+            filters.remove(self._warning_filter)
         self._record_backward()
+        if compiled_graphs():
+            self.notes.append(COMPILED_NOTE)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         self._recording = action.records
@@ -98,17 +130,23 @@ class LayersCollector(Collector):
     # --- forward ------------------------------------------------------------------------------
 
     def _pre_forward(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self._recording:
+        # First, before any attribute is read: Dynamo traces nothing past it (a guard on
+        # _recording would recompile at each change of the schedule).
+        if self._compiling() or not self._recording:
             return
         try:
             stack: list[tuple[int, list[Any], Any]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
+        if (self._compiled and id(module) in self._compiled and stack
+                and getattr(stack[-1][2], _COMPILED_ORIGINAL, None) is module):
+            return  # called by its torch.compile wrapper, timed as this layer already
         codes = self._codes(module)
         if not stack and codes is None:
             # The outermost module names every layer below it by its path.
+            top = _class_name(module)
             for path, child in module.named_modules():
-                self._name(child, path or type(module).__name__)
+                self._name(child, _layer_path(path) or top)
         elif codes is not None and self._slices.is_throttled(codes[0]):
             self._slices.count_untimed(codes[0])  # counted, not traced (as TAU throttles)
             return
@@ -120,12 +158,14 @@ class LayersCollector(Collector):
         stack.append((time.perf_counter_ns(), call, module))
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if self._compiling():
+            return
         stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
         if not stack or stack[-1][2] is not module:
             return  # recording began inside this module's forward, or the module is throttled
         end = time.perf_counter_ns()
         start, call, _ = stack.pop()
-        codes = self._codes(module) or self._name(module, type(module).__name__)
+        codes = self._codes(module) or self._name(module, _class_name(module))
         reader = self._reader
         after = reader() if reader is not None else ()
         slice_id = self._slices.record(
@@ -152,7 +192,9 @@ class LayersCollector(Collector):
         return entry[1], entry[2]
 
     def _name(self, module: Any, path: str) -> tuple[int, int]:
-        label = f"{path} ({type(module).__name__})"
+        if type(module).__name__ == _COMPILED_WRAPPER:
+            self._compiled.add(id(getattr(module, _COMPILED_ORIGINAL)))
+        label = f"{path} ({_class_name(module)})"
         forward = self._slices.intern(f"{label} {FORWARD}")
         backward = self._slices.intern(f"{label} {BACKWARD}")
         self._names[id(module)] = (weakref.ref(module), forward, backward)
@@ -186,6 +228,29 @@ class LayersCollector(Collector):
                 slice_id = self._slices.record(self._kind, call[_NAME], call[_TID], start, end)
                 if self._reader is not None:
                     self._record_counts(slice_id, call[_START_COUNTS], call[_END_COUNTS])
+
+
+# What torch says when a module compiled with torch.compile(module) is called while global
+# module hooks are registered (torch/_dynamo/eval_frame.py, OptimizedModule.__call__).
+COMPILED_MODULE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+COMPILED_NOTE = ("torch.compile: layers inside compiled code are not timed (a hook there would change "
+                 "what Dynamo compiles); a compiled module is one layer holding its compiled region, "
+                 "and the layers Dynamo leaves uncompiled (torch.nn's own containers) are timed")
+# torch.compile's wrapper of a module, and the attribute it holds the module in; a path through
+# it names the same layer as the module's own path.
+_COMPILED_WRAPPER = "OptimizedModule"
+_COMPILED_ORIGINAL = "_orig_mod"
+
+
+def _class_name(module: Any) -> str:
+    """A module's class, the original's for torch.compile's OptimizedModule wrapper."""
+    return type(getattr(module, _COMPILED_ORIGINAL, module)).__name__
+
+
+def _layer_path(path: str) -> str:
+    """A module's path, without the steps through torch.compile's wrappers
+    (``encoder._orig_mod.fc`` is ``encoder.fc``, as in the eager model)."""
+    return ".".join(part for part in path.split(".") if part and part != _COMPILED_ORIGINAL)
 
 
 # One forward call: [parent call, backward name code, backward start, backward end,

@@ -14,7 +14,13 @@ by time or memory) and starts the next one at once. The program's ``record_funct
 open at a cut are ended in the recording that stops and entered again in the next
 (:mod:`dlprof.support.torch_ranges`: exited later, they would write into the stopped
 recording's freed buffers); no save is made inside a C++ range (an autograd node, a custom
-``autograd.Function``'s forward).
+``autograd.Function``'s forward, torch.compile compiling or a compiled region running).
+
+One process records one torch.profiler at a time. The collector does not start while the
+program's own records (it says so, and the run is degraded), and when the program starts one
+while dlprof's records, dlprof's recording ends there and records no more
+(:mod:`dlprof.support.torch_profilers`): the program's profiler works as without dlprof, and the
+run is degraded from that step on.
 
 torch.profiler records the ops of the thread that starts it (and the threads torch starts for
 it); with ``all_threads`` Kineto's ``profile_all_threads`` records every Python thread's ops, but
@@ -41,7 +47,9 @@ from dlprof.schedule import Action
 from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
+from dlprof.support.dynamo import compiled_graphs, keep_out_of_dynamo, nested_codes
 from dlprof.support.thread_watch import ThreadWatch
+from dlprof.support.torch_profilers import ProgramProfilers
 from dlprof.support.torch_ranges import RangeCuts
 
 
@@ -88,10 +96,14 @@ class TorchCollector(Collector):
         from torch.profiler import ProfilerActivity
         from torch.profiler.profiler import _KinetoProfile
 
+        self._profiler_enabled = torch._C._autograd._profiler_enabled
+        if self._profiler_enabled():
+            raise ProfilerBusy(BUSY)
         self._context = context
         config = context.config
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
+        self._cuda = torch.cuda.is_available()
+        if self._cuda:
             activities.append(ProfilerActivity.CUDA)
         else:
             self.notes.append("no CUDA device: CPU ops only (no kernels, memcpy or memset)")
@@ -123,16 +135,32 @@ class TorchCollector(Collector):
         }
         if config.all_threads and config.profile_memory:
             self.notes.append(ALL_THREADS_NOTE)
+        self._step = 0
+        self._gave_way = False  # the program's own profiler took Kineto: nothing more is recorded
         self._threads = ThreadWatch()
         self._ranges = RangeCuts()
+        self._programs = ProgramProfilers(on_program_profiler=self._give_way)
         self._ranges.install()
-        self._enter(_STATE_OF_ACTION[context.action])
+        self._programs.install()
+        # Their wrappers run wherever the program enters a range or starts a profiler, compiled
+        # code's uncompiled frames included.
+        self._outside_dynamo = keep_out_of_dynamo([*nested_codes(RangeCuts.install),
+                                                   *nested_codes(ProgramProfilers.install)])
+        try:
+            self._enter(_STATE_OF_ACTION[context.action])
+        except BaseException:
+            self._programs.uninstall()
+            self._ranges.uninstall()
+            self._threads.close()
+            self._outside_dynamo.cancel()
+            raise
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        self._enter(_STATE_OF_ACTION[action])
+        self._enter(_STATE_OF_ACTION[action])  # what it finds lost was lost in the step ending now
+        self._step = step
 
     def save(self) -> None:
-        if self._state is _State.RECORDING:
+        if self._state is _State.RECORDING and not self._lost():
             self._run(_CUT)
 
     def save_would_split(self) -> bool:
@@ -140,12 +168,16 @@ class TorchCollector(Collector):
 
     def stop(self) -> None:
         self._enter(_State.IDLE)
+        self._programs.uninstall()
         self._ranges.uninstall()
+        self._outside_dynamo.cancel()
         if self._ranges.splits:
             split = ", ".join(f"{name}: {n}" for name, n in self._ranges.splits.most_common(5))
             self.notes.append(f"{sum(self._ranges.splits.values())} torch range(s) open at a save were split there, "
                               f"one slice per recording they span ({split})")
         self._threads.close()
+        if compiled_graphs():
+            self.notes.append(COMPILED_CUDA_NOTE if self._cuda else COMPILED_CPU_NOTE)
         if self._threads.names:
             names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
@@ -187,6 +219,8 @@ class TorchCollector(Collector):
     # --- the state machine ------------------------------------------------------------------
 
     def _enter(self, state: _State) -> None:
+        if self._gave_way or self._lost():
+            return
         steps = _TRANSITIONS.get((self._state, state), ())
         self._state = state
         self._run(steps)
@@ -194,9 +228,31 @@ class TorchCollector(Collector):
     def _run(self, steps: tuple[str, ...]) -> None:
         if not steps:
             return
-        with hide_kineto_chatter():
+        with hide_kineto_chatter(), self._programs.own():
             for step in steps:
                 self._steps[step]()
+
+    def _give_way(self) -> None:
+        """The program prepares a torch.profiler of its own: end dlprof's recording here (saved
+        as any cycle is), before the program's takes Kineto over, and record no more."""
+        if self._gave_way:
+            return
+        self._enter(_State.IDLE)
+        self._gave_way = True
+        self.degraded.append(f"stopped recording at step {self._step}: the program started a torch.profiler "
+                             "of its own (one process records one at a time); its torch ops from then on "
+                             "are not recorded")
+
+    def _lost(self) -> bool:
+        """Whether the recording under way was ended by someone else (torch's profiler disabled
+        by a call that prepared nothing): then nothing may be asked of it (its trace is gone)."""
+        if self._state is not _State.RECORDING or self._profiler_enabled():
+            return False
+        self._state = _State.IDLE
+        self._gave_way = True
+        self.degraded.append(f"stopped recording at step {self._step}: torch.profiler was stopped by the "
+                             "program; the ops since the last save and from then on are not recorded")
+        return True
 
     def _start_recording(self) -> None:
         self._kineto.start_trace()
@@ -234,6 +290,29 @@ class TorchCollector(Collector):
         self._context.convert(Cycle(self.name, job))
 
 
+# What a compiled program's recording holds (torch 2.13): Dynamo's and Inductor's compile phases
+# as ranges (their names: dynamo, inductor_compile, compile_fx_inner (dynamo_timed)...), each
+# compiled call as Torch-Compiled Region, CompiledFunction and ## Call CompiledFxGraph <key> ##.
+COMPILED_CPU_NOTE = (
+    "torch.compile: compiled regions recorded (Torch-Compiled Region, CompiledFunction and their "
+    "backward), with the ATen ops they call (extern kernels: convolutions, matmuls); Inductor's "
+    "own C++ kernels (cpp_fused_*) are not recorded on a CPU unless the program sets "
+    "torch._inductor.config.cpp.enable_kernel_profile = True: their time is the self time of "
+    "'## Call CompiledFxGraph ##'; compiling is recorded as Dynamo's and Inductor's phases "
+    "(dynamo, inductor_compile...), in the first calls")
+COMPILED_CUDA_NOTE = (
+    "torch.compile: compiled regions recorded (Torch-Compiled Region, CompiledFunction and their "
+    "backward) with the Triton kernels Inductor launches (triton_*, named after the ops they fuse) "
+    "and the ATen ops they call; compiling is recorded as Dynamo's and Inductor's phases "
+    "(dynamo, inductor_compile...), in the first calls")
+
+
+class ProfilerBusy(RuntimeError):
+    """The program's own torch.profiler records: this process cannot record a second one."""
+
+
+BUSY = ("the program's own torch.profiler is recording (one process records one at a time); "
+        "profile outside it, or leave out the torch collector")
 ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no allocations (torch 2.13); "
                     "memory not recorded")
 # What Kineto prints on the process's stderr each time it starts or stops a trace.

@@ -10,6 +10,14 @@ per framework starts every collector waiting for it, in start order, from inside
 own import statement (a Keras program never imports torch, so it never starts torch.profiler).
 A collector that cannot run here says why once; in the default set, one whose framework is not
 installed says nothing (the manifest notes it).
+
+A collector that fails is loud: one asked for by name that cannot run here, one whose start
+raises (a framework collector's, inside the program's import of the framework it then cannot
+record), one whose save or step raises (it is stopped there), one that fails while stopping and
+one that says it stopped recording (``Collector.degraded``) each add a line to the manifest's
+``degraded``, and the run then reads as degraded, not complete. Nothing a collector raises
+reaches the program. Under ``strict`` what is known before the program starts (a collector asked
+for that cannot run here, a start that fails) is a :class:`CollectorError` instead.
 """
 
 from __future__ import annotations
@@ -26,6 +34,21 @@ from dlprof.config import ProfileConfig
 from dlprof.schedule import Action
 from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
+
+
+class CollectorError(Exception):
+    """Under ``strict``: a collector cannot record (the message says which and why, on one line)."""
+
+
+class DegradedRun(Exception):
+    """Under ``strict``: the session ended with a recording that is not whole (the message says
+    why, on one line; the run is saved, as ``degraded``)."""
+
+
+def asked_for(config: ProfileConfig) -> frozenset[str]:
+    """The collectors the user asked for by name: those configured, and ``counters`` when
+    counters are named (not the default set, nor those the session adds itself)."""
+    return frozenset(config.collectors or ()) | ({"counters"} if config.counters else set())
 
 
 def resolve_names(config: ProfileConfig) -> tuple[str, ...]:
@@ -46,7 +69,8 @@ class CollectorSet:
     """Starts, steps, saves and stops the collectors of one session."""
 
     def __init__(self, names: tuple[str, ...], infos: list[CollectorInfo], quiet_if_absent: bool,
-                 on_late_start: Callable[[], None] | None = None) -> None:
+                 on_late_start: Callable[[], None] | None = None, *, degraded: list[str] | None = None,
+                 asked: frozenset[str] = frozenset(), strict: bool = False) -> None:
         """Args:
         names: the collectors, in start order (see :func:`resolve_names`).
         infos: the manifest's collector list, filled in as collectors start and stop.
@@ -54,11 +78,19 @@ class CollectorSet:
             default set: a program cannot use a framework that is not there).
         on_late_start: told when collectors started with their framework's import (what the
             import took is the program's, not profiling's).
+        degraded: the manifest's ``degraded`` list: a line is added for each collector that fails.
+        asked: the collectors asked for by name (:func:`asked_for`): one of them that cannot run
+            here makes the run degraded.
+        strict: raise :class:`CollectorError` from :meth:`start` for a failure known there.
         """
         self._names = names
         self._infos = infos
         self._quiet_if_absent = quiet_if_absent
+        self._degraded = degraded if degraded is not None else []
+        self._asked = asked
+        self._strict = strict
         self._running: list[Collector] = []
+        self._dropped: list[Collector] = []  # stopped after a save or a step failed
         self._waiting: dict[str, list[type[Collector]]] = {}
         self._watches: list[ImportWatch] = []
         self._context: CollectorContext | None = None
@@ -67,8 +99,23 @@ class CollectorSet:
     def __iter__(self) -> Iterator[Collector]:
         return iter(list(self._running))
 
+    def unavailable_asked(self) -> list[str]:
+        """The collectors asked for by name that cannot run here, a line each (before any starts)."""
+        lines = []
+        for name in self._names:
+            if name in self._asked:
+                ok, reason = collector_class(name).available()
+                if not ok:
+                    lines.append(f"collector {name} unavailable: {reason}")
+        return lines
+
     def start(self, context: CollectorContext) -> None:
-        """Start every available collector, or wait for its framework's import."""
+        """Start every available collector, or wait for its framework's import.
+
+        Raises:
+            CollectorError: under ``strict``, a collector asked for cannot run here, or one
+                failed to start (those started are stopped first).
+        """
         self._context = context
         context.cupti_owner = cupti_owner(self._names)
         for name in self._names:
@@ -78,14 +125,26 @@ class CollectorSet:
             self._infos.append(info)
             if not ok:
                 info.notes.append(reason)
+                if name in self._asked:
+                    self._degraded.append(f"{name} collector unavailable: {reason}")
                 if not (self._quiet_if_absent and _package_missing(cls)):
                     print(f"dlprof: collector {name} unavailable: {reason}", file=sys.stderr)
+                if self._strict and name in self._asked:
+                    self.stop()
+                    raise CollectorError(f"collector {name} unavailable: {reason}")
                 continue
             if cls.framework is not None and cls.framework not in sys.modules:
                 info.active = False
                 self._waiting.setdefault(cls.framework, []).append(cls)
                 continue
-            self._start(cls, context)
+            try:
+                self._start(cls, context)
+            except Exception as failure:  # the program goes on without it, said loudly
+                self._failed(cls.name, "could not start", failure)
+                if self._strict:
+                    self.stop()
+                    raise CollectorError(f"collector {cls.name} could not start: "
+                                         f"{type(failure).__name__}: {failure}") from failure
         for framework in self._waiting:
             self._watches.append(when_imported(framework, self._framework_imported))
 
@@ -94,15 +153,21 @@ class CollectorSet:
         return any(collector.events_show_in_memory for collector in self._running)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
-        for collector in self._running:
-            collector.on_step(step, previous, action)
+        for collector in list(self._running):
+            try:
+                collector.on_step(step, previous, action)
+            except Exception as failure:  # noqa: BLE001  never the program's error
+                self._drop(collector, f"failed at the start of step {step}", failure)
 
     def save_would_split(self) -> bool:
         return any(collector.save_would_split() for collector in self._running)
 
     def save(self) -> None:
-        for collector in self._running:
-            collector.save()
+        for collector in list(self._running):
+            try:
+                collector.save()
+            except Exception as failure:  # noqa: BLE001  never the program's error
+                self._drop(collector, "failed while saving", failure)
 
     def stop(self, report: Callable[[str], None] | None = None) -> None:
         """Stop the running collectors in reverse start order; note those that never started."""
@@ -118,7 +183,10 @@ class CollectorSet:
             try:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                self._note_failure(collector.name, "failed while stopping", failure)
+                self._failed(collector.name, "failed while stopping", failure)
+        for collector in [*self._running, *self._dropped]:
+            self._degraded.extend(f"{collector.name} collector {line}" for line in collector.degraded
+                                  if f"{collector.name} collector {line}" not in self._degraded)
 
     def converted(self, name: str, result: dict[str, Any]) -> None:
         """One of a collector's cycles was converted (from the finisher's thread, or at stop)."""
@@ -150,7 +218,8 @@ class CollectorSet:
             try:
                 self._start(cls, self._context)
             except Exception as failure:  # noqa: BLE001  raising would fail the program's own import
-                self._note_failure(cls.name, "could not start", failure)
+                # The program uses the framework (it imports it now) and this collector cannot record it.
+                self._failed(cls.name, "could not start", failure)
         # Start order holds across frameworks too: a later start joins in its place.
         order = {name: index for index, name in enumerate(self._names)}
         self._running.sort(key=lambda collector: order[collector.name])
@@ -170,6 +239,22 @@ class CollectorSet:
         note = f"{what}: {type(failure).__name__}: {failure}"
         self._info(name).notes.append(note)
         print(f"dlprof: collector {name} {note}", file=sys.stderr)
+
+    def _failed(self, name: str, what: str, failure: Exception) -> None:
+        """A collector failed: noted, said, and the run is degraded."""
+        self._note_failure(name, what, failure)
+        self._info(name).active = False
+        self._degraded.append(f"{name} collector {what}: {type(failure).__name__}: {failure}")
+
+    def _drop(self, collector: Collector, what: str, failure: Exception) -> None:
+        """A collector whose save or step failed records no more: stopped now, as well as it can be."""
+        self._failed(collector.name, what, failure)
+        self._running.remove(collector)
+        self._dropped.append(collector)
+        try:
+            collector.stop()
+        except Exception as second:  # noqa: BLE001  already failed: only noted
+            self._info(collector.name).notes.append(f"then failed while stopping: {type(second).__name__}: {second}")
 
     def _info(self, name: str) -> CollectorInfo:
         return next(info for info in self._infos if info.name == name)

@@ -30,6 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from dlprof.support.dynamo import keep_out_of_dynamo
+from dlprof.support.import_watch import ImportWatch
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # How often the process's memory is read at step boundaries, at most.
 _MEMORY_CHECK_NS = 50_000_000
@@ -107,6 +110,12 @@ class SaveClock:
         self._baseline = self._memory()
         self._growth = 0
         self._events_due = False
+        self._requested = ""
+
+    def request(self, reason: str) -> None:
+        """A save was due where none could be made (a step boundary inside a C++ range): one is
+        due from now on, for ``reason``, until it is made."""
+        self._requested = reason
 
     def begin_save(self) -> None:
         """A save begins: what was recorded since the last one ends here."""
@@ -127,6 +136,8 @@ class SaveClock:
         """
         if self.saving:
             return None
+        if self._requested:
+            return self._requested
         now = time.perf_counter_ns()
         seconds = (now - self._saved_at) / 1e9
         if seconds >= self.limits.seconds:
@@ -185,6 +196,7 @@ class MidStepSaves:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous: Callable[[int, FrameType | None], object] | int | None = None
+        self._outside_dynamo: ImportWatch | None = None
         self.saves = 0
         self.unavailable = ""  # why saves inside steps cannot be made here ("" when they can)
 
@@ -196,6 +208,9 @@ class MidStepSaves:
         if current not in (signal.SIG_DFL, signal.SIG_IGN, None):
             self.unavailable = f"the program handles {SAVE_SIGNAL.name} itself: saves only at step boundaries"
             return
+        # The handler may run between two bytecodes of a compiled region's own Python: Dynamo
+        # must not compile it, nor the save it makes (support/dynamo.py).
+        self._outside_dynamo = keep_out_of_dynamo([MidStepSaves._handle.__code__])
         self._previous = signal.signal(SAVE_SIGNAL, self._handle)
         # A real SIGURG (a socket's out-of-band data) must not interrupt the program's system calls.
         signal.siginterrupt(SAVE_SIGNAL, False)
@@ -207,6 +222,8 @@ class MidStepSaves:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._outside_dynamo is not None:
+            self._outside_dynamo.cancel()
         if self._previous is not None:
             signal.signal(SAVE_SIGNAL, self._previous)
             self._previous = None

@@ -7,6 +7,10 @@
 
 Whatever ends the program (normal end, an exception, Ctrl-C, SIGTERM), the session writes what
 it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the exception go on.
+A run whose recording is not whole (a collector that could not start or stopped recording: the
+manifest's ``degraded`` says why) is ``degraded`` where it would have been complete; with
+``strict`` that is an error: :class:`CollectorError` at start where the failure is known then,
+:class:`DegradedRun` when the session ends otherwise.
 """
 
 from __future__ import annotations
@@ -27,14 +31,20 @@ from dlprof.collectors.base import CollectorContext, StepSource
 from dlprof.config import RUNS_DIR, ProfileConfig
 from dlprof.distributed import shared_run_dir
 from dlprof.keys import Kind, RunStatus, SeriesSource
-from dlprof.recording.collector_set import CollectorSet, resolve_names
+from dlprof.recording.collector_set import (
+    CollectorError,
+    CollectorSet,
+    DegradedRun,
+    asked_for,
+    resolve_names,
+)
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
 from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.recording.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
-from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
+from dlprof.store.manifest import ClockDomain, HostInfo, Manifest, degraded_line
 from dlprof.store.save_jobs import OpenSlice
 from dlprof.store.series_buffer import SeriesBuffer
 from dlprof.store.sink import Sink
@@ -153,7 +163,8 @@ class Session:
                                       would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
-            on_late_start=self._save_clock.restart,
+            on_late_start=self._save_clock.restart, degraded=self.manifest.degraded,
+            asked=asked_for(config), strict=config.strict,
         )
 
     @property
@@ -164,10 +175,19 @@ class Session:
     # --- life cycle -------------------------------------------------------------------------
 
     def start(self) -> Session:
-        """Create the run directory, start every available collector, begin step 0."""
+        """Create the run directory, start every available collector, begin step 0.
+
+        Raises:
+            CollectorError: under ``strict``, a collector asked for by name cannot run here
+                (before anything is written), or one failed to start (the run is closed as failed).
+        """
         global _active
         if _active is not None:
             raise RuntimeError("a dlprof session is already active in this process")
+        if self.config.strict:
+            unavailable = self._collectors.unavailable_asked()
+            if unavailable:
+                raise CollectorError("; ".join(unavailable))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.manifest.start_ns = time.time_ns()
         self._write_manifest()
@@ -186,7 +206,14 @@ class Session:
             save_if_full=self.forks.save_if_full,
             log=self.log,
         )
-        self._collectors.start(self._context)
+        try:
+            self._collectors.start(self._context)
+        except CollectorError as error:
+            self.manifest.status = RunStatus.FAILED
+            self.manifest.error = f"strict: {error}"
+            self.manifest.end_ns = time.time_ns()
+            self._write_manifest()
+            raise
         self._install_signal_handler()
         self._save_clock.restart()  # what the collectors took to start is not profiling's growth
         self._mid_step.start()
@@ -246,7 +273,7 @@ class Session:
                 self._waiting_since = self._step_start
             else:
                 self.save_waiting = False
-                self._save()
+                self._save_between_steps()
         self._begin_step()
 
     def log(self, source: SeriesSource, split: str, values: Sequence[tuple[str, float | None]],
@@ -270,8 +297,18 @@ class Session:
         two steps as any step's save is, if no other region of that step is still open."""
         if self.save_waiting and not self._regions_begun_since(self._waiting_since):
             self.save_waiting = False
-            self._save()
+            self._save_between_steps()
             self._begin_step()
+
+    def _save_between_steps(self) -> None:
+        """Save at a step boundary, unless a collector says a save here would cut work in two (a
+        step ended inside a compiled region or an autograd node, whose C++ ranges a cut of the
+        profiler's recording would corrupt): the save is then made inside the next step, as
+        soon as one can be (MidStepSaves)."""
+        if self._collectors.save_would_split():
+            self._save_clock.request("a step boundary's save waited for a C++ range to end")
+        else:
+            self._save()
 
     def _save_would_split(self) -> bool:
         """Whether a save inside the step now would cut work that nests badly across saves: a
@@ -339,7 +376,7 @@ class Session:
             if self._saver.child_failures:
                 self.manifest.notes.append(f"{self._saver.child_failures} save(s) finished in the profiled "
                                            "process: the finisher's child process ended early")
-            self.manifest.status = status_for(error)
+            self.manifest.status = self.manifest.final_status(status_for(error))
             self.manifest.exit_code = exit_code
             if error is not None and self.manifest.status is not RunStatus.COMPLETE:
                 self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
@@ -357,7 +394,9 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop(exc)
+        manifest = self.stop(exc)
+        if self.config.strict and exc is None and manifest.status is RunStatus.DEGRADED:
+            raise DegradedRun(f"{self.run_dir}: recording not whole: {degraded_line(manifest.degraded)}")
 
     # --- recording ----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from dlprof.engine.rows import Rows
 from dlprof.keys import StoreTable
 from dlprof.store.integrity import files_problem
 from dlprof.store.layout import rank_files
-from dlprof.store.manifest import MANIFEST_NAME, Manifest
+from dlprof.store.manifest import MANIFEST_NAME, Manifest, degraded_line
 from dlprof.store.reader import Run, RunError, load
 
 # The status shown for a directory holding a run.json that load() refuses.
@@ -43,7 +43,8 @@ def list_runs(parent: Path) -> Rows:
     Returns:
         Rows with :data:`COLUMNS`: ``status`` as the reader reports it (``killed`` for a run
         left ``running`` by a writer that is gone), or :data:`UNREADABLE` or :data:`DAMAGED`
-        with ``problem`` saying why in one line ("" for a sound run); ``events`` the rows of every table (None when
+        with ``problem`` saying why in one line ("" for a sound run; for a ``degraded`` one,
+        why its recording is not whole); ``events`` the rows of every table (None when
         unknown); ``start_ns`` epoch nanoseconds (0 when the manifest has none). No rows (with
         the columns) when ``parent`` holds no runs or does not exist.
     """
@@ -152,6 +153,7 @@ def _row(directory: Path) -> dict[str, Any]:
         start_ns=manifest.start_ns,
         duration_ns=manifest.duration_ns,
         events=event_count(run),
+        problem=degraded_line(manifest.degraded),  # why the recording is not whole ("" when it is)
     )
     problem = files_problem(directory)
     if problem is not None:

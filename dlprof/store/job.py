@@ -76,5 +76,6 @@ def combine(
     for manifest in ranks.values():
         for table, count in manifest.counts.items():
             job.counts[table] = job.counts.get(table, 0) + count
+    job.degraded = [f"rank {rank}: {line}" for rank, manifest in sorted(ranks.items()) for line in manifest.degraded]
     return job
 

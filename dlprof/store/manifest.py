@@ -219,3 +219,12 @@ def dropped_text(dropped: dict[str, int]) -> str:
     """Damaged events per reason (a manifest's ``dropped``), on one line:
     ``ts missing or not a number: 2, dur negative: 1``."""
     return ", ".join(f"{reason.replace('_', ' ')}: {count:,}" for reason, count in dropped.items())
+
+
+def degraded_line(degraded: list[str]) -> str:
+    """Why a run is degraded (a manifest's ``degraded``) on one line: the first reason, and how
+    many more (``dlprof info`` lists them all); "" for a whole recording."""
+    if not degraded:
+        return ""
+    more = len(degraded) - 1
+    return degraded[0] + (f" (and {more} more: dlprof info)" if more else "")

@@ -12,9 +12,15 @@ the next start they are entered again (outermost first), so that the program's o
 them in the recording they belong to. A range split this way is one slice per recording it
 spans; the splits are counted for the run's notes.
 
-What runs inside a C++ range and calls back into Python (a custom ``autograd.Function``'s
-forward, the autograd engine's nodes) cannot be split: :meth:`RangeCuts.inside_cpp_range` says
-so, and no save is made there.
+What runs inside a C++ range and calls back into Python cannot be split:
+:meth:`RangeCuts.inside_cpp_range` says so, and no save is made there. Such Python is a custom
+``autograd.Function``'s forward, the autograd engine's nodes, a ``__torch_dispatch__`` (a tensor
+subclass or mode, called from inside the op it handles), a custom op's Python kernel, and all of
+torch.compile: Dynamo and Inductor time their compilation with C++ ranges
+(``_RecordFunctionFast``, seconds long), and a compiled region runs inside C++ ranges
+(``Torch-Compiled Region``, ``## Call CompiledFxGraph ##``) while its Python wrapper code calls
+the kernels. A save made there stopped the recording those ranges write into when they end: the
+process was killed by SIGSEGV.
 """
 
 from __future__ import annotations
@@ -110,14 +116,33 @@ class RangeCuts:
             self.splits[instance.name] += 1
 
     def inside_cpp_range(self) -> bool:
-        """Whether Python code called from inside a C++ range runs on this thread now: an
-        autograd node, or a custom ``autograd.Function``'s forward."""
+        """Whether Python code called from inside a C++ range runs on this thread now (see the
+        module's docstring): an autograd node, a custom ``autograd.Function``'s forward, a
+        ``__torch_dispatch__``, a custom op's kernel, torch.compile compiling or a compiled
+        region running."""
         if self._torch._C._current_autograd_node() is not None:
             return True
         function_base = self._torch._C._FunctionBase
         frame: FrameType | None = sys._getframe(1)
         while frame is not None:
-            if frame.f_code.co_name == "forward" and isinstance(frame.f_locals.get("ctx"), function_base):
+            code = frame.f_code
+            if code.co_name == "__torch_dispatch__":
+                return True
+            if code.co_name == "forward" and isinstance(frame.f_locals.get("ctx"), function_base):
+                return True
+            if (str(frame.f_globals.get("__name__", "")).startswith(_INSIDE_CPP_RANGES)
+                    and not code.co_qualname.startswith(_DYNAMO_DISABLED)):
                 return True
             frame = frame.f_back
         return False
+
+
+# torch's modules whose Python runs inside C++ ranges: torch.compile's (compiling, and running a
+# compiled region: every compiled call passes through torch._dynamo.eval_frame), and the wrappers
+# custom ops' Python kernels run in, called from inside the op's dispatch.
+_INSIDE_CPP_RANGES = ("torch._dynamo.", "torch._inductor.", "torch._functorch._aot_autograd.",
+                      "torch._library.")
+# Dynamo's wrapper of a function it must not compile (torch._dynamo.disable, which eager torch
+# code uses too: activation checkpointing, an optimizer's state_dict) opens no range itself; one
+# called from a compiled region has that region's wrapper further down the stack.
+_DYNAMO_DISABLED = "DisableContext."

@@ -248,3 +248,53 @@ def test_torch_ranges_open_across_saves_are_split_not_corrupted(tmp_path: Path) 
     matmuls = slices[slices["name"] == "aten::mm"]
     assert len(matmuls) > 100 and all(in_outer(i) for i in matmuls["id"])
     assert (slices["name"] == "inner").sum() >= 6 and (slices["name"] == "epoch").sum() >= 1
+
+
+OPTIMIZER_IN_BACKWARD = """
+import time
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+optimizers = {p: torch.optim.SGD([p], lr=0.01) for p in model.parameters()}
+first = next(iter(optimizers.values()))
+
+
+def step_in_backward(param):  # each parameter's step as soon as its gradient is ready
+    optimizers[param].step()
+    optimizers[param].zero_grad()
+    if optimizers[param] is first:
+        time.sleep(0.15)  # a step longer than --save-seconds: its boundary saves
+
+
+for p in model.parameters():
+    p.register_post_accumulate_grad_hook(step_in_backward)
+x = torch.randn(32, 64)
+for _ in range(6):
+    model(x).sum().backward()
+    time.sleep(0.3)  # outside the backward: where the save that waited is made
+print("done")
+"""
+
+
+@pytest.mark.slow
+def test_a_step_that_ends_inside_the_backward_saves_after_it(tmp_path: Path) -> None:
+    """The optimizer stepped inside the backward (a gradient hook) ends each step inside an
+    autograd node's C++ range: the boundary's save cut the recording there and the process died
+    of SIGSEGV (before). The save now waits until the backward is done, inside the next step."""
+    import subprocess
+
+    from tests.conftest import dlprof_program
+
+    script = tmp_path / "in_backward.py"
+    script.write_text(OPTIMIZER_IN_BACKWARD)
+    out = tmp_path / "run"
+    done = subprocess.run([*dlprof_program(), "run", "-o", str(out), "-n", "0", "--save-seconds", "0.1", str(script)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "done\n"
+    run = dlprof.load(out)
+    assert str(run.status) == "complete"
+    assert run.manifest.saving["saves_within_steps"] >= 3, "the boundaries' saves, made once the backward ended"
+    assert (run.slices["name"] == "Optimizer.step#SGD.step").sum() == 6 * 4

@@ -151,6 +151,10 @@
     }
     row("Command", s.command.join(" "), "command");
     row("Status", s.status + (s.exit_code !== null ? " (exit code " + s.exit_code + ")" : ""), "status");
+    if (s.degraded && s.degraded.length) {
+      list.appendChild(el("dt", null, "Not recorded"));
+      list.appendChild(el("dd", { "data-testid": "summary-degraded", "class": "warn" }, s.degraded.join("; ")));
+    }
     if (s.error) row("Error", s.error, "error");
     row("Host", [s.host.hostname, s.host.os, s.host.cpu_model, s.host.cpu_cores + " cores",
       fmtValue(s.host.memory_bytes, "bytes"), "Python " + s.host.python].filter(Boolean).join(" · "), "host");
