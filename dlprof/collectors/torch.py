@@ -248,6 +248,10 @@ class TorchCollector(Collector):
         by a call that prepared nothing): then nothing may be asked of it (its trace is gone)."""
         if self._state is not _State.RECORDING or self._profiler_enabled():
             return False
+        if self._context.config.all_threads:
+            # Kineto's profile_all_threads keeps its state process-wide: the thread's own flag
+            # reads off while it records, so it cannot tell a recording ended by someone else.
+            return False
         self._state = _State.IDLE
         self._gave_way = True
         self.degraded.append(f"stopped recording at step {self._step}: torch.profiler was stopped by the "
