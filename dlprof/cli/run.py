@@ -300,8 +300,13 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         memory_cap_bytes=memory_cap_mib << 20,
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
-    with _SavingStatus() as saving:
-        outcome = run_target(target, config, saving.update)
+    from dlprof.store.writer_lock import RunInUseError
+
+    try:
+        with _SavingStatus() as saving:
+            outcome = run_target(target, config, saving.update)
+    except RunInUseError as error:  # raised before the program starts: it never ran
+        raise UsageError(str(error)) from None
     sys.stdout.flush()
     status = outcome.manifest.status
     who = f"rank {place.rank} of " if place.distributed else ""

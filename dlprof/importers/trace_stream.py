@@ -37,6 +37,7 @@ from dlprof.importers.trace_header import (
     checked_base_time,
     stated_rank,
 )
+from dlprof.store.safe_files import not_a_file
 
 _TAIL_BYTES = 1 << 20  # the end of a file searched for keys written after the events
 # A number's text whole (1e300 too), so that what is not a whole number is refused, not cut short.
@@ -77,8 +78,9 @@ def open_trace(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
 
 def probe(path: Path, is_xplane: bool) -> TraceInfo:
     """Open ``path`` far enough to know its format, its leading header and its time base."""
-    if not path.is_file():
-        raise TraceImportError(f"{path}: no such file")
+    what = not_a_file(path)
+    if what is not None:  # a FIFO would wait for a writer, /dev/zero never end
+        raise TraceImportError(f"{path}: {what}, not a trace file" if what != "no such file" else f"{path}: {what}")
     if is_xplane:
         return TraceInfo(path, "xplane")
     with open_trace(path) as (stream, _):

@@ -26,6 +26,7 @@ from dlprof.config import ProfileConfig
 from dlprof.schedule import Action
 from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
+from dlprof.text import printable
 
 
 def resolve_names(config: ProfileConfig) -> tuple[str, ...]:
@@ -104,8 +105,14 @@ class CollectorSet:
         for collector in self._running:
             collector.save()
 
-    def stop(self, report: Callable[[str], None] | None = None) -> None:
-        """Stop the running collectors in reverse start order; note those that never started."""
+    def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:
+        """Stop the running collectors in reverse start order; note those that never started.
+
+        Args:
+            report: told which collector's data is being saved (a progress display).
+            quiet: note a collector's failure in the manifest only (the recording stopped, and
+                that was said once already).
+        """
         for watch in self._watches:
             watch.cancel()
         for framework, waiting in self._waiting.items():
@@ -118,7 +125,7 @@ class CollectorSet:
             try:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                self._note_failure(collector.name, "failed while stopping", failure)
+                self._note_failure(collector.name, "failed while stopping", failure, say=not quiet)
 
     def converted(self, name: str, result: dict[str, Any]) -> None:
         """One of a collector's cycles was converted (from the finisher's thread, or at stop)."""
@@ -166,10 +173,11 @@ class CollectorSet:
         info.active = collector.active
         self._running.append(collector)
 
-    def _note_failure(self, name: str, what: str, failure: Exception) -> None:
+    def _note_failure(self, name: str, what: str, failure: Exception, say: bool = True) -> None:
         note = f"{what}: {type(failure).__name__}: {failure}"
         self._info(name).notes.append(note)
-        print(f"dlprof: collector {name} {note}", file=sys.stderr)
+        if say:
+            print(f"dlprof: collector {name} {printable(note)}", file=sys.stderr)
 
     def _info(self, name: str) -> CollectorInfo:
         return next(info for info in self._infos if info.name == name)
