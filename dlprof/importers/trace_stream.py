@@ -27,6 +27,7 @@ from typing import IO, Any
 import orjson
 
 from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError, open_stream
+from dlprof.importers.damage import Damage
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_events
 from dlprof.importers.kineto_events import EventParser
 from dlprof.importers.memory_snapshot import PICKLE_OPCODE
@@ -134,10 +135,14 @@ class ChromeTraceRows:
             TraceFormatError: not a Chrome trace, or damaged.
         """
         trace, parser, next_id = self._trace, EventParser(), self._first_id
+        invalid = 0
         for events in trace.pieces(lambda piece: parser(piece, trace.layout, trace.indent)):
             tables = convert_events(events, KinetoOptions(id_base=next_id))
             next_id += tables.slices.num_rows
-            yield tables, events.num_rows
+            if trace.invalid_events > invalid:  # events of this piece whose JSON was unreadable
+                tables.dropped[str(Damage.INVALID_JSON)] = trace.invalid_events - invalid
+                invalid = trace.invalid_events
+            yield tables, events.num_rows + tables.dropped.get(str(Damage.INVALID_JSON), 0)
 
 
 def _read(path: Path, stream: IO[bytes], size: int) -> bytes:

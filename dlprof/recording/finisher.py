@@ -255,13 +255,22 @@ def _finish_waiting(pending: PendingSaves) -> bool:
             result = finish(job)
         except Exception as error:  # noqa: BLE001  never a traceback on the program's stderr
             claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
-            sys.stdout.write(_FAILED + json.dumps({"number": job.number, "error": failure_text(error)}) + "\n")
-            sys.stdout.flush()
+            _report(_FAILED + json.dumps({"number": job.number, "error": failure_text(error)}))
             return False
         claimed.unlink(missing_ok=True)
-        sys.stdout.write(_RESULT + json.dumps(result) + "\n")
-        sys.stdout.flush()
+        _report(_RESULT + json.dumps(result))
     return True
+
+
+def _report(line: str) -> None:
+    """A line to the profiled process; once it is gone (killed: the pipe is broken), nothing."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except OSError:
+        # The jobs still waiting are finished all the same; the pipe now leads nowhere, so that
+        # neither these writes nor the interpreter's last flush can fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str]) -> int:
@@ -280,7 +289,7 @@ def main(argv: list[str]) -> int:
             return 1
         pending.remove_if_empty()
     except (SaveJobError, OSError) as error:  # a job file damaged, the run removed
-        sys.stdout.write(_FAILED + json.dumps({"number": -1, "error": failure_text(error)}) + "\n")
+        _report(_FAILED + json.dumps({"number": -1, "error": failure_text(error)}))
         return 1
     return 0
 

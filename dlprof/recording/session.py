@@ -164,7 +164,7 @@ class Session:
                                       would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
-            on_late_start=self._save_clock.restart,
+            on_late_start=self._started_late,
         )
 
     @property
@@ -457,6 +457,16 @@ class Session:
         if throttled:
             summary["throttled"] = throttled
         return summary
+
+    def _started_late(self) -> None:
+        """Collectors started with their framework's import: what the import took is the
+        program's, and the manifest says at once that they are active (a run killed later reads
+        as having recorded them)."""
+        self._save_clock.restart()
+        try:
+            self._write_manifest()
+        except OSError:
+            pass  # inside the program's import: the next save meets the same disk and says so
 
     def stop_recording(self, failure: BaseException) -> None:
         """dlprof failed while the program runs (a save found the disk full): say so in one line,

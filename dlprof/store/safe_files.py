@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -178,6 +179,32 @@ def partial_directory(path: Path) -> Path:
     refuse_symlink(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX, dir=path.parent))
+
+
+def replace_directory(partial: Path, path: Path) -> None:
+    """Put a finished directory (:func:`partial_directory`) in place of an earlier one.
+
+    The earlier one is moved aside under a new name made here, never a name the user may own
+    (``path.old``), and removed once the new one is in place; if that fails it is put back.
+
+    Args:
+        partial: the finished directory, beside ``path``.
+        path: where it goes; what is there must be dlprof's own earlier output (the caller
+            checks).
+    """
+    if not path.exists():
+        partial.rename(path)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".replaced", dir=path.parent))
+    earlier = aside / path.name
+    path.rename(earlier)
+    try:
+        partial.rename(path)
+    except BaseException:
+        earlier.rename(path)
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside)
 
 
 def _create_exclusively(path: Path) -> Path:

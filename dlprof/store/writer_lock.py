@@ -33,7 +33,7 @@ from pathlib import Path
 LOCK_NAME = ".writer-rank={rank}.lock"
 LOCK_GLOB = ".writer-rank=*.lock"
 # Kept for the final manifest (a few kB; a run's notes and collectors rarely pass 100 kB).
-RESERVE_BYTES = 256 << 10
+RESERVE_BYTES = 128 << 10
 # A lock found held is asked for again this often, this far apart: a reader's in_use() holds it
 # shared for microseconds, a writer for its whole run.
 _TRIES = 5
