@@ -241,11 +241,10 @@ def _open_regular(path: Path) -> BinaryIO:
             raise NotServedError(errno.ELOOP, "a symbolic link; only the run's own file is served",
                                  str(path)) from None
         raise
-    file = os.fdopen(descriptor, "rb")
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        file.close()
+        os.close(descriptor)
         raise NotServedError(errno.EINVAL, "not a regular file; only the run's own file is served", str(path))
-    return file
+    return os.fdopen(descriptor, "rb")
 
 
 def serve_once(
