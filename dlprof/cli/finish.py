@@ -7,7 +7,6 @@ import click
 
 from dlprof.cli.common import UsageError, open_run, run_argument, runs_dir_option
 from dlprof.keys import RunStatus
-from dlprof.store.integrity import outside_problem
 from dlprof.store.writer_lock import in_use
 from dlprof.viewers.screen import printable
 
@@ -34,10 +33,9 @@ def command(run: str | None) -> int:
     shown = printable(str(loaded.path))
     if loaded.status is RunStatus.RUNNING or in_use(loaded.path) is not None:
         raise UsageError(f"{shown}: still being recorded; its own processes finish its saves")
-    # A run is input: a link out of it would make the parts written here land elsewhere.
-    problem = outside_problem(loaded.path)
-    if problem is not None:
-        raise UsageError(f"{shown}: damaged: {problem}")
+    # A run is input: a link out of it would make the parts written here land elsewhere, and a
+    # part or chunk that is not Parquet (a FIFO) would hang the reading.
+    loaded.check_tables()
     from dlprof.recording.finisher import FinishError, finish_pending  # Arrow and the importers: only here
     from dlprof.store.save_jobs import SaveJobError
 

@@ -26,6 +26,7 @@ data::
 
 from __future__ import annotations
 
+import errno
 import gc
 import gzip
 import io
@@ -40,6 +41,7 @@ from typing import IO, Any, TypeVar, cast
 import orjson
 
 from dlprof.importers.json_repair import salvage
+from dlprof.store.safe_files import not_a_file
 
 # Decompressed bytes read at a time, and the size pieces are cut at: large enough that the
 # fixed cost of a piece (a query, a few hundred Arrow calls, a chunk file) vanishes.
@@ -87,8 +89,12 @@ def open_stream(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         (the decompressed stream, the file itself: its position is the progress made).
 
     Raises:
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened, or is not a regular file (a FIFO would wait for a
+            writer for ever, a device never end).
     """
+    what = not_a_file(path)
+    if what is not None:
+        raise OSError(errno.EINVAL if what != "no such file" else errno.ENOENT, what, str(path))
     with path.open("rb") as file:
         gzipped = file.read(2) == _GZIP_MAGIC
         file.seek(0)

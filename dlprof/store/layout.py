@@ -61,6 +61,8 @@ def rank_files(directory: Path) -> RankFiles:
 
     replaced: set[str] = set()
     for part in parts:
+        if not part.is_file():
+            continue  # a FIFO or a directory under a part's name: damage, which readers report
         metadata = pq.read_schema(part).metadata or {}
         replaced.update(metadata.get(SOURCES_KEY.encode(), b"").decode().split(","))
     return RankFiles(
