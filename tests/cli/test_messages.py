@@ -8,23 +8,14 @@ devices prints a bounded summary.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
-from dlprof.cli.main import main
 from dlprof.store.manifest import Manifest
 from tests.builders import op, write_rows_run, write_small_run
+from tests.conftest import run_in_process
 
 ESCAPE = "\x1b]0;pwned\x07"
 OVERRIDE = "\u202e"
-
-
-def run_command(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_safe(text: str) -> None:
@@ -32,7 +23,7 @@ def assert_safe(text: str) -> None:
 
 
 def test_an_error_line_shows_the_escapes_in_a_path(tmp_path: Path) -> None:
-    code, out, err = run_command(["info", str(tmp_path / f"{ESCAPE}run{OVERRIDE}")])
+    code, out, err = run_in_process(["info", str(tmp_path / f"{ESCAPE}run{OVERRIDE}")])
     assert code == 2 and out == ""
     assert_safe(err)
     assert err == f"dlprof: error: {tmp_path}/\u241b]0;pwned\u2407run\ufffd: no such run directory\n"
@@ -40,7 +31,7 @@ def test_an_error_line_shows_the_escapes_in_a_path(tmp_path: Path) -> None:
 
 def test_a_success_line_shows_the_escapes_in_a_path(tmp_path: Path) -> None:
     run = write_small_run(tmp_path / "run")
-    code, out, err = run_command(["export", str(run), "-o", str(tmp_path / f"{ESCAPE}trace.json")])
+    code, out, err = run_in_process(["export", str(run), "-o", str(tmp_path / f"{ESCAPE}trace.json")])
     assert code == 0
     assert_safe(out + err)
     assert out == f"{tmp_path}/\u241b]0;pwned\u2407trace.json\n"
@@ -50,7 +41,7 @@ def test_tables_show_bidirectional_controls_in_names(tmp_path: Path) -> None:
     write_rows_run(tmp_path / "run", [op(1, f"evil{OVERRIDE}gnp.py", 0, 1000, kind="region"),
                                       op(2, f"bell{ESCAPE}", 2000, 500, kind="region")])
     for command in (["top", str(tmp_path / "run"), "--kind", "region"], ["pprof", str(tmp_path / "run")]):
-        code, out, err = run_command(command)
+        code, out, err = run_in_process(command)
         assert code == 0, err
         assert_safe(out + err)
         assert "evil\ufffdgnp.py" in out
@@ -61,7 +52,7 @@ def test_durations_adding_up_past_int64_are_one_line(tmp_path: Path) -> None:
     write_rows_run(tmp_path / "run", [op(i, "aten::mm", i, 3 * 10**18) for i in range(1, 5)])
     report = tmp_path / "report.html"
     for command in (["top", str(tmp_path / "run")], ["report", str(tmp_path / "run"), "-o", str(report)]):
-        code, out, err = run_command(command)
+        code, out, err = run_in_process(command)
         assert code == 2 and out == "", (command, err)
         (line,) = err.strip().splitlines()
         assert line.startswith("dlprof: error: ") and "past the range" in line, line
@@ -73,7 +64,7 @@ def test_info_lists_a_few_devices_and_counts_the_rest(tmp_path: Path) -> None:
     manifest = Manifest.read(run)
     manifest.devices = [{"id": n, "name": "NVIDIA H100", "numSms": 132} for n in range(200_000)]
     manifest.write(run)
-    code, out, err = run_command(["info", str(run)])
+    code, out, err = run_in_process(["info", str(run)])
     assert code == 0 and err == ""
     assert "15: NVIDIA H100 (132 SMs)" in out and "16: NVIDIA H100" not in out
     assert "... and 199,984 more (dlprof info --format json lists them)" in " ".join(out.split())

@@ -7,9 +7,7 @@ on it must leave everything else as it was: each test snapshots the directory ar
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -20,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import dlprof
-from dlprof.cli.main import main
 from dlprof.keys import RunStatus
 from dlprof.store.integrity import outside_problem
 from tests.builders import write_killed_run, write_small_run
+from tests.conftest import run_in_process
 
 JOB = Path("pending") / "rank=0" / "save-00000.json"
 CYCLE = Path("kineto") / "rank=0" / "cycle-00000.json"
@@ -45,14 +43,6 @@ def snapshot(root: Path, leave_out: Path | None = None) -> dict[str, tuple[str, 
             else:
                 found[key] = ("file", hashlib.sha256(entry.read_bytes()).hexdigest())
     return found
-
-
-def run_command(argv: list[str]) -> tuple[int, str, str]:
-    """``dlprof ARGV`` in-process: exit status, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def one_error_line(stderr: str) -> str:
@@ -85,13 +75,13 @@ def test_a_crafted_waiting_save_writes_and_deletes_nothing_elsewhere(tmp_path: P
     crafted(evil, elsewhere, how)
     before = snapshot(tmp_path, leave_out=evil)
 
-    code, _, err = run_command(["info", str(evil)])
+    code, _, err = run_in_process(["info", str(evil)])
     assert code == 0 and "Traceback" not in err
     assert len(err.strip().splitlines()) <= 1, "at most the line saying a save waits"
-    code, out, err = run_command(["finish", str(evil)])
+    code, out, err = run_in_process(["finish", str(evil)])
     assert code == 2 and out == ""
     assert "outside" in one_error_line(err)
-    code, _, err = run_command(["top", str(evil)])
+    code, _, err = run_in_process(["top", str(evil)])
     assert "Traceback" not in err
 
     assert snapshot(tmp_path, leave_out=evil) == before
@@ -105,7 +95,7 @@ def test_a_copied_run_finishes_into_itself_and_leaves_the_original_alone(tmp_pat
     before = snapshot(original)
     assert dlprof.load(moved).status is RunStatus.KILLED
 
-    code, out, err = run_command(["finish", str(moved)])
+    code, out, err = run_in_process(["finish", str(moved)])
     assert (code, err) == (0, "") and "1 save(s) made final" in out
 
     assert snapshot(original) == before, "the original still waits, untouched"
@@ -123,7 +113,7 @@ def test_reading_commands_refuse_a_link_out_of_the_run(tmp_path: Path) -> None:
     part.symlink_to(other / "slices" / "rank=0" / "part-00000.parquet")
     before = snapshot(tmp_path, leave_out=run)
     for command in (["top", str(run)], ["export", str(run)], ["finish", str(run)]):
-        code, _, err = run_command(command)
+        code, _, err = run_in_process(command)
         assert code == 2, (command, err)
         assert "slices/rank=0/part-00000.parquet: a link to a place outside the run" in one_error_line(err)
     assert snapshot(tmp_path, leave_out=run) == before
@@ -156,5 +146,26 @@ def test_a_manifest_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     other = write_small_run(tmp_path / "other")
     (run / "run.json").unlink()
     (run / "run.json").symlink_to(other / "run.json")
-    code, _, err = run_command(["info", str(run)])
+    code, _, err = run_in_process(["info", str(run)])
     assert code == 2 and "symbolic link" in one_error_line(err)
+
+
+def test_a_damaged_part_beside_waiting_chunks_is_one_line(tmp_path: Path) -> None:
+    run = write_killed_run(tmp_path / "run")
+    (run / "slices" / "rank=0" / "part-00005.parquet").write_bytes(b"junk")
+    for command in (["info", str(run)], ["ls", "--dir", str(tmp_path)], ["top", str(run)]):
+        code, _, err = run_in_process(command)
+        assert "Traceback" not in err and code in (0, 2), (command, err)
+        assert len([line for line in err.splitlines() if line.startswith("dlprof: error: ")]) == (code == 2)
+
+
+def test_a_chunk_that_is_a_fifo_is_named_not_waited_on(tmp_path: Path) -> None:
+    run = write_killed_run(tmp_path / "run")
+    (chunk,) = (run / "slices" / "rank=0").glob("chunk-*.parquet")
+    chunk.unlink()
+    os.mkfifo(chunk)
+    for command in ("info", "top", "finish"):
+        done = subprocess.run([sys.executable, "-m", "dlprof", command, str(run)], capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert "Traceback" not in done.stderr and done.returncode in (0, 2), (command, done.stderr)
+    assert "a FIFO (named pipe), not a Parquet file" in done.stderr
