@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
     "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
-    "finish": ("finish", "Make final the saves a killed run left waiting (its processes were all killed)."),
+    "finish": ("finish", "Make final the saves a killed run left waiting."),
     "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, launch delays."),
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
     "info": ("info", "Show what a run is: status, command, times, host, devices, collectors."),

@@ -69,15 +69,20 @@ def damage(draw: st.DrawFn) -> Damage:
 
     def apply(run: Path, victims: Path) -> None:
         if how == "rewrite":
-            job = json.loads((run / JOB).read_text())
-            if field == "chunk":
-                job["chunks"]["slices"] = [stored]
-            elif field == "trace":
-                job["cycles"][0]["trace"] = stored
-            elif field == "cycles":
-                job["cycles"] = stored
-            else:
-                job[field] = stored
+            if not (run / JOB).is_file():
+                return  # removed or retyped by an earlier damage
+            try:
+                job = json.loads((run / JOB).read_text())
+                if field == "chunk":
+                    job["chunks"]["slices"] = [stored]
+                elif field == "trace":
+                    job["cycles"][0]["trace"] = stored
+                elif field == "cycles":
+                    job["cycles"] = stored
+                else:
+                    job[field] = stored
+            except (ValueError, TypeError, KeyError, IndexError):
+                return  # an earlier damage left no such field to rewrite
             (run / JOB).write_text(json.dumps(job))
             event(f"rewrite {field}")
             return
