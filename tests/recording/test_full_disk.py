@@ -54,6 +54,8 @@ print("program done", step)
 sys.exit(17)
 """
 
+pytestmark = pytest.mark.slow  # real programs in subprocesses, each filling a disk
+
 STOPPED = re.compile(r"dlprof: disk full after step (\d+): recording stopped; the program goes on, and "
                      r".* keeps what was saved before")
 
@@ -111,7 +113,6 @@ def test_a_full_disk_stops_the_recording_not_the_program(half_megabyte: Path, tm
     assert_reads(run)
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 def test_a_full_disk_under_dlprof_run_lets_a_training_script_exit_with_its_own_code(
         eight_megabytes: Path, tmp_path: Path) -> None:

@@ -159,6 +159,7 @@ def test_a_damaged_part_beside_waiting_chunks_is_one_line(tmp_path: Path) -> Non
         assert len([line for line in err.splitlines() if line.startswith("dlprof: error: ")]) == (code == 2)
 
 
+@pytest.mark.slow
 def test_a_chunk_that_is_a_fifo_is_named_not_waited_on(tmp_path: Path) -> None:
     run = write_killed_run(tmp_path / "run")
     (chunk,) = (run / "slices" / "rank=0").glob("chunk-*.parquet")

@@ -43,6 +43,7 @@ def wait_for(path: Path, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # dlprof run in subprocesses
 def test_a_second_run_into_a_directory_being_written_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "same"
     first = dlprof_run(tmp_path, out, "first-ran")
@@ -63,6 +64,7 @@ def test_a_second_run_into_a_directory_being_written_is_refused(tmp_path: Path) 
     assert not list(out.glob(".writer-*")), "a writer that ended removes its lock file"
 
 
+@pytest.mark.slow  # dlprof run in subprocesses
 def test_a_killed_writer_leaves_no_lock(tmp_path: Path) -> None:
     out = tmp_path / "same"
     first = dlprof_run(tmp_path, out, "first-ran")
