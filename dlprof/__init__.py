@@ -105,8 +105,10 @@ def profile(
         The session; call ``.step()`` at the end of each training step.
 
     Raises:
-        RunExistsError: (a ``FileExistsError``) ``out`` holds a run and ``force`` is false, or
-            holds other files.
+        RunExistsError: (a ``FileExistsError``) ``out`` holds a run and ``force`` is false, holds
+            a run another process is writing, or holds other files. Entering the session raises
+            ``RunInUseError`` (a ``FileExistsError`` too) when another process began writing
+            ``out`` meanwhile: one writer per run.
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)

@@ -18,7 +18,9 @@ tests read it back as they would any run. What each builder makes:
   tracks (``NESTED`` and ``SEVERAL_TRACKS`` are the shared sets).
 - ``slice_table(rows)``: a slices table of (id, tid, kind, name, start, dur) tuples;
   ``write_uncompacted_run(run_dir)``: a manifest and two chunks, not compacted;
-  ``write_small_run(run_dir)``: a complete run of two steps of ops and a counter.
+  ``write_small_run(run_dir)``: a complete run of two steps of ops and a counter;
+  ``write_killed_run(run_dir)``: a run whose processes were all killed with one save waiting in
+  ``pending/`` (a chunk and a recorded torch.profiler trace), for ``dlprof finish``.
 - ``imported_tensorflow_run(tf_profile, directory)``: TensorFlow's own profile imported, loaded.
 - ``counted_run(out)``: three steps profiled with two CPU counters (skips where perf cannot count).
 - ``profile_steps(out)`` and ``add_power(run_dir, watts)``: six steps profiled on the host, then
@@ -27,7 +29,10 @@ tests read it back as they would any run. What each builder makes:
 
 from __future__ import annotations
 
+import gzip
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ from dlprof.importers.trace_file import import_traces
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.ids import SLOT_IMPORT, id_base
 from dlprof.store.manifest import Manifest
+from dlprof.store.save_jobs import Cycle, CycleJob, PendingSaves, SaveJob
 from dlprof.store.writer import RankWriter
 from tests.conftest import KINETO_TRACES
 
@@ -329,6 +335,31 @@ def write_small_run(run_dir: Path) -> Path:
     counts, _ = writer.compact()
     Manifest(name=run_dir.name, command=["python", "train.py"], status=RunStatus.COMPLETE,
              start_ns=SECOND, end_ns=2 * SECOND, exit_code=0, counts=counts).write(run_dir)
+    return run_dir
+
+
+def write_killed_run(run_dir: Path) -> Path:
+    """A run whose processes were all killed before its one save was made final.
+
+    As a session leaves it: the session's slices as a chunk, a torch.profiler cycle (the recorded
+    A100 trace of ``simple_add``) in ``kineto/rank=0/``, the save's job in ``pending/rank=0/``
+    naming both (paths relative to the run), and a manifest still ``running`` whose writer is
+    gone, so the run reads as killed.
+    """
+    writer = RankWriter(run_dir, 0)
+    writer.write_chunk(StoreTable.SLICES, slice_table([
+        (1, 7, "step", "ProfilerStep#0", 0, 1000), (2, 7, "region", "forward", 100, 600),
+    ]), "session")
+    trace = run_dir / "kineto" / "rank=0" / "cycle-00000.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_bytes(gzip.decompress(simple_add_trace().read_bytes()))
+    cycle = CycleJob(trace=trace, rank=0, cycle=0, pid=1, marker_window_ns=None)
+    PendingSaves(run_dir, 0).put(SaveJob(run_dir=run_dir, rank=0, number=0, metadata={},
+                                         chunks=writer.take_written(), cycles=[Cycle("torch", cycle)]))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout
+    Manifest(name=run_dir.name, command=["python", "train.py"], status=RunStatus.RUNNING, start_ns=SECOND,
+             writer_pid=int(gone)).write(run_dir)
     return run_dir
 
 

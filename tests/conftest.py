@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -73,6 +75,16 @@ def no_stored_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     from dlprof.hardware.calibration import CALIBRATION_VARIABLE
 
     monkeypatch.setenv(CALIBRATION_VARIABLE, str(tmp_path_factory.getbasetemp() / "no-calibration.json"))
+
+
+def run_in_process(argv: list[str]) -> tuple[int, str, str]:
+    """``dlprof ARGV`` in this process: its exit status, stdout and stderr."""
+    from dlprof.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
 
 
 def dlprof_program() -> list[str]:

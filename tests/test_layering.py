@@ -55,6 +55,7 @@ LAYER_OF: dict[str, Layer] = {
     "dlprof.schedule": Layer.CORE,
     "dlprof.distributed": Layer.CORE,
     "dlprof.hardware": Layer.CORE,  # the device table: data, no layer above it
+    "dlprof.text": Layer.CORE,  # text from data made safe to print, for every layer's messages
     "dlprof.store": Layer.STORE,
     "dlprof.support": Layer.SUPPORT,
     # The query engines are the store's reading side: Run.engine opens one over the run's files.

@@ -27,6 +27,7 @@ from dlprof.hardware.devices import Precision, Vendor, device_table
 from dlprof.keys import TableFormat
 from dlprof.store.manifest import HostInfo
 from dlprof.store.safe_files import refuse_symlink, write_text
+from dlprof.text import printable
 from dlprof.viewers.terminal import write_table
 from dlprof.workloads.ert import Budget, Ceilings, measure, planned
 from dlprof.workloads.torch_device import DeviceType, device_properties, torch_device
@@ -140,4 +141,4 @@ def _print(calibration: Calibration, path: Path, fmt: TableFormat, left_out: dic
                           "Samples": frame["samples"]})
     write_table(shown, "efficiency (roof time / measured time) per op class, math mode and FLOPs", fmt,
                 keep=["Efficiency", "Spread"])
-    print(f"stored in {path}; use: dlprof roofline RUN --device {calibration.name!r}")
+    print(printable(f"stored in {path}; use: dlprof roofline RUN --device {calibration.name!r}"))

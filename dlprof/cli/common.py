@@ -76,8 +76,8 @@ def newest_run(parent: Path | None = None) -> Run:
             skipped.append(f"{run_dir.name} ({without_run_path(str(error), run_dir)})")
             continue
         if skipped:
-            print(f"dlprof: using {run_dir.name}; skipped {len(skipped)} newer unreadable "
-                  f"run{'s' if len(skipped) > 1 else ''}: {'; '.join(skipped)}", file=sys.stderr)
+            print(printable(f"dlprof: using {run_dir.name}; skipped {len(skipped)} newer unreadable "
+                            f"run{'s' if len(skipped) > 1 else ''}: {'; '.join(skipped)}"), file=sys.stderr)
         return run
     raise RunError(f"no readable run under {_shown_dir(parent)}; {len(skipped)} unreadable: {'; '.join(skipped)}")
 
@@ -117,11 +117,12 @@ def _note_unfinished_saves(run: Run) -> None:
     from dlprof.keys import RunStatus
     from dlprof.store.save_jobs import pending_ranks
 
-    if run.status is not RunStatus.KILLED:
+    if run.status is RunStatus.RUNNING:
         return  # a live writer is still finishing its saves
     left = sum(pending.left() for pending in pending_ranks(run.path))
     if left:
-        print(f"dlprof: {printable(str(run.path))}: {left} save(s) its killed processes left are not final, "
+        who = "its killed processes" if run.status is RunStatus.KILLED else "its processes"
+        print(f"dlprof: {printable(str(run.path))}: {left} save(s) {who} left are not final, "
               f"so the profilers' traces they hold are not read; `dlprof finish {printable(str(run.path))}` "
               "makes them final", file=sys.stderr)
 

@@ -24,6 +24,7 @@ from dlprof.cli.table_options import format_option, limit_option, wide_option
 from dlprof.hardware.calibration import calibration_path, read_calibrations
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
+from dlprof.text import printable
 from dlprof.viewers.terminal import time_text, write_table
 
 HELP = """Predict a GPU run's step time and op times on another device.
@@ -140,7 +141,7 @@ def print_estimate(loaded: Run, found: Estimate, limit: int, fmt: TableFormat) -
     if len(found.excluded):
         names = ", ".join(f"{n} ({time_text(t)})" for n, t in zip(found.excluded["name"], found.excluded["time_ns"],
                                                                   strict=True))
-        print(f"excluded collectives: {names}")
+        print(printable(f"excluded collectives: {names}"))
     print("assumptions:")
     for line in found.assumptions:
         print(f"  - {line}")

@@ -16,6 +16,7 @@ from dlprof.exporters.registry import (
     exporter_for_format,
     exporter_for_path,
 )
+from dlprof.text import printable
 
 DEFAULT_FORMAT = "chrome"
 _NAME_WIDTH = max(len(name) for name in BY_FORMAT)
@@ -71,7 +72,7 @@ def command(run: str | None, fmt: str | None, output: str | None, merged: bool) 
     except OSError as error:
         raise UsageError(f"{path}: cannot write ({error.strerror or error})") from None
     for written_path in written:
-        click.echo(str(written_path))
+        click.echo(printable(written_path))
     return 0
 
 

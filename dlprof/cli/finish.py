@@ -7,6 +7,7 @@ import click
 
 from dlprof.cli.common import UsageError, open_run, run_argument, runs_dir_option
 from dlprof.keys import RunStatus
+from dlprof.store.writer_lock import in_use
 from dlprof.viewers.screen import printable
 
 HELP = """Make final the saves a killed run left waiting.
@@ -30,14 +31,17 @@ Examples:
 def command(run: str | None) -> int:
     loaded = open_run(run, note_unfinished=False)
     shown = printable(str(loaded.path))
-    if loaded.status is RunStatus.RUNNING:
+    if loaded.status is RunStatus.RUNNING or in_use(loaded.path) is not None:
         raise UsageError(f"{shown}: still being recorded; its own processes finish its saves")
-    from dlprof.recording.finisher import finish_pending  # Arrow and the importers: only here
+    # A run is input: a link out of it would make the parts written here land elsewhere, and a
+    # part or chunk that is not Parquet (a FIFO) would hang the reading.
+    loaded.check_tables()
+    from dlprof.recording.finisher import FinishError, finish_pending  # Arrow and the importers: only here
     from dlprof.store.save_jobs import SaveJobError
 
     try:
         finished = finish_pending(loaded.path)
-    except SaveJobError as error:
+    except (SaveJobError, FinishError) as error:
         raise UsageError(f"{shown}: damaged: {printable(str(error))}") from None
     click.echo(f"{shown}: {finished} save(s) made final" if finished else f"{shown}: no save was waiting")
     return 0

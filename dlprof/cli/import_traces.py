@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingCo
 
 from dlprof.cli.common import UsageError, output_option, progress_bar, runs_dir, runs_dir_option
 from dlprof.importers.trace_file import TraceImportError, dropped_text, import_traces
+from dlprof.text import printable
 
 HELP = """Import trace files into a run, so every dlprof command works on them.
 
@@ -57,7 +58,7 @@ def command(traces: tuple[Path, ...], output: Path | None) -> int:
             raise UsageError(str(error)) from None
     events = sum(manifest.counts.values())
     changed = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in manifest.normalised.items())
-    print(f"imported {len(traces)} file(s), {events} events, ranks {manifest.ranks}: {run_dir}")
+    print(f"imported {len(traces)} file(s), {events} events, ranks {manifest.ranks}: {printable(run_dir)}")
     if changed:
         print(f"normalised to nest: {changed}")
     if manifest.dropped:

@@ -43,6 +43,8 @@ Examples:
 
 # A console width no line of the summary reaches (--wide).
 _UNLIMITED = 10_000
+# Devices listed one a line; the rest are counted (16: the GPUs of the largest single machines).
+DEVICES_SHOWN = 16
 
 _STATUS_STYLE = {
     RunStatus.COMPLETE: "green",
@@ -181,11 +183,12 @@ def _host(run: Run) -> str:
 
 
 def _devices(devices: list[dict[str, Any]]) -> str:
-    """One line per device, from Kineto's ``deviceProperties`` names where they are there."""
+    """One line per device, from Kineto's ``deviceProperties`` names where they are there; past
+    :data:`DEVICES_SHOWN`, a count of the rest (a trace may state any number)."""
     if not devices:
         return "none recorded"
     lines = []
-    for number, device in enumerate(devices):
+    for number, device in enumerate(devices[:DEVICES_SHOWN]):
         line = f"{device.get('id', number)}: {device.get('name', 'device')}"
         details = []
         if "computeMajor" in device:
@@ -195,6 +198,8 @@ def _devices(devices: list[dict[str, Any]]) -> str:
         if isinstance(device.get("totalGlobalMem"), int):
             details.append(f"{human_size(device['totalGlobalMem'])} memory")
         lines.append(f"{line} ({', '.join(details)})" if details else line)
+    if len(devices) > DEVICES_SHOWN:
+        lines.append(f"... and {len(devices) - DEVICES_SHOWN:,} more (dlprof info --format json lists them)")
     return "\n".join(lines)
 
 

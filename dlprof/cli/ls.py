@@ -12,6 +12,7 @@ from dlprof.config import RUNS_DIR
 from dlprof.engine.rows import Rows
 from dlprof.keys import TableFormat
 from dlprof.store.catalog import list_runs
+from dlprof.text import printable
 from dlprof.viewers.terminal import write_table
 
 HELP = f"""List the runs under ./{RUNS_DIR} (or --dir), newest first.
@@ -43,7 +44,7 @@ def command(fmt: str) -> int:
     if table_format is not TableFormat.TABLE:
         write_table(runs, "", table_format)
     elif not runs:
-        click.echo(f"no runs under {parent}; profile a program first: dlprof run script.py")
+        click.echo(f"no runs under {printable(parent)}; profile a program first: dlprof run script.py")
     else:
         title = f"{len(runs)} run{'s' if len(runs) != 1 else ''} under {parent}"
         write_table(for_people(runs), title, table_format)

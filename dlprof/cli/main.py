@@ -13,6 +13,7 @@ import sys
 import click
 
 from dlprof import __version__
+from dlprof.viewers.screen import printable
 
 # Every subcommand: its module under dlprof.cli, and the line ``dlprof --help`` shows for it.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -22,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "Compare two runs op by op and kernel by kernel; a CI gate on regressions."),
     "estimate": ("estimate", "Predict a run's step and op times on another device."),
     "export": ("export", "Export a run as a trace file (Chrome, Perfetto, TAU, pprof, speedscope)."),
-    "finish": ("finish", "Make final the saves a killed run left waiting (all its processes killed)."),
+    "finish": ("finish", "Make final the saves a killed run left waiting."),
     "gpu": ("gpu", "Each GPU's busy and idle time per step, what kept it busy, kernels' waits."),
     "import": ("import_traces", "Import trace files (Kineto, Chrome, XPlane) into a run."),
     "info": ("info", "Show what a run is: status, command, times, host, devices, collectors."),
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status instead of exiting."""
     from dlprof.cli.common import UsageError
     from dlprof.store.reader import RunError
+    from dlprof.store.safe_files import os_error_text
 
     try:
         result = cli.main(args=argv, prog_name="dlprof", standalone_mode=False)
@@ -85,18 +87,28 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as error:
         # One line, as every other error: the option at fault and where its help is.
         command = error.ctx.command_path if error.ctx is not None else "dlprof"
-        print(f"dlprof: error: {error.format_message()} (see {command} --help)", file=sys.stderr)
+        _say(f"{error.format_message()} (see {command} --help)")
         return error.exit_code
     except click.ClickException as error:
-        error.show()
+        _say(error.format_message())
         return error.exit_code
     except click.exceptions.Abort:
         print("dlprof: aborted", file=sys.stderr)
         return 130
     except (UsageError, RunError) as error:
-        print(f"dlprof: error: {error}", file=sys.stderr)
+        _say(str(error))
         return 2
+    except OSError as error:
+        # The machine's, not the input's: a full disk, a directory that cannot be written.
+        _say(os_error_text(error))
+        return 1
     return result if isinstance(result, int) else 0
+
+
+def _say(message: str) -> None:
+    """One error line on stderr, whatever the message holds (paths and names from a run or a
+    trace: escape sequences and newlines in them are shown, not obeyed)."""
+    print(f"dlprof: error: {printable(' '.join(message.splitlines()))}", file=sys.stderr)
 
 
 def entry() -> None:

@@ -23,6 +23,7 @@ from dlprof.cli.common import UsageError, engine_option, open_run, run_argument,
 from dlprof.cli.table_options import format_option, kind_option, limit_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.reader import Run
+from dlprof.text import printable
 from dlprof.viewers.terminal import write_table
 
 HELP = """Compute derived metrics from a run's counters, per slice name or per slice.
@@ -161,8 +162,8 @@ def _write_list(chosen: list[DerivedMetric], table: DerivedTable, fmt: TableForm
     for row in rows:
         unit = f" [{row['unit']}]" if row["unit"] else ""
         here = "available in this run" if row["available"] else f"not available: {row['reason']}"
-        click.echo(f"{row['name']}{unit}: {row['description']}")
-        click.echo(f"    = {row['formula']}")
+        click.echo(printable(f"{row['name']}{unit}: {row['description']}"))
+        click.echo(printable(f"    = {row['formula']}"))
         if row["counters"]:
-            click.echo(f"    counters: {row['counters']}")
+            click.echo(printable(f"    counters: {row['counters']}"))
         click.echo(f"    {here}")

@@ -20,6 +20,7 @@ from dlprof.cli.common import (
     runs_dir_option,
 )
 from dlprof.store.safe_files import write_text
+from dlprof.text import printable
 from dlprof.viewers.html_report import render_report
 
 HELP = """Write a run's report as one HTML file that works offline.
@@ -64,8 +65,8 @@ def command(run: str | None, output: Path | None) -> int:
             write_text(target, page)
         except OSError as error:
             raise UsageError(f"{target}: cannot write the report ({error.strerror or error})") from None
-    click.echo(str(target))
-    print(f"dlprof: report of {loaded.path.name} ({loaded.status}): {len(page.encode('utf-8')) / 1e6:.1f} MB",
+    click.echo(printable(target))
+    print(f"dlprof: report of {printable(loaded.path.name)} ({loaded.status}): {len(page.encode('utf-8')) / 1e6:.1f} MB",
           file=sys.stderr)
     return 0
 

@@ -14,6 +14,7 @@ from dlprof.cli.common import UsageError, output_option, runs_dir, runs_dir_opti
 from dlprof.cli.table_options import limit_option
 from dlprof.config import RUNS_DIR
 from dlprof.keys import RunStatus
+from dlprof.text import printable
 
 # Everything else is imported when the command runs: `dlprof --help` loads this module too.
 
@@ -99,7 +100,7 @@ def _print_top(run_dir: Path, collectors: tuple[str, ...], rows: int, rank: int 
         print_top(loaded, kind="op" if {"torch", "tensorflow"} & set(collectors) else "module",
                   by=None, group_by=GroupKey.NAME, limit=rows, rank=rank, state=state)
     except UsageError as error:
-        print(f"dlprof: {error}", file=sys.stderr)
+        print(f"dlprof: {printable(str(error))}", file=sys.stderr)
 
 
 def _default_run_dir(label: str, shared: bool) -> Path | None:
@@ -138,12 +139,12 @@ def _launch(nproc: int, run_dir: Path, top_rows: int) -> int:
         _record_job_command(run_dir)
         loaded = load(run_dir)
     except RunError as error:
-        print(f"dlprof: {error}", file=sys.stderr)
+        print(f"dlprof: {printable(str(error))}", file=sys.stderr)
         return torchrun_code or 1
     manifest = loaded.manifest
     detail = f": {manifest.error}" if manifest.error else ""
     print(f"dlprof: run {loaded.status} ({len(manifest.ranks)} ranks, "
-          f"{sum(manifest.counts.values())} events){detail}: {run_dir}", file=sys.stderr)
+          f"{sum(manifest.counts.values())} events){printable(detail)}: {printable(run_dir)}", file=sys.stderr)
     if top_rows and manifest.counts.get("slices"):
         collectors = tuple(info.name for info in manifest.collectors if info.active)
         _print_top(run_dir, collectors, top_rows)
@@ -319,15 +320,19 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
         strict=strict,
     )
+    from dlprof.store.writer_lock import RunInUseError
+
     try:
         with _SavingStatus() as saving:
             outcome = run_target(target, config, saving.update)
     except CollectorError as error:  # --strict, before the script started
         raise UsageError(f"--strict: {error}; the script was not run") from None
+    except RunInUseError as error:  # raised before the program starts: it never ran
+        raise UsageError(str(error)) from None
     sys.stdout.flush()
     status = outcome.manifest.status
     who = f"rank {place.rank} of " if place.distributed else ""
-    print(f"dlprof: {who}run {status} ({sum(outcome.manifest.counts.values())} events): {outcome.run_dir}",
+    print(f"dlprof: {who}run {status} ({sum(outcome.manifest.counts.values())} events): {printable(outcome.run_dir)}",
           file=sys.stderr)
     # Under torchrun the other ranks may still be writing: rank 0 shows its own part only.
     if limit and outcome.signum is None and place.rank == 0:

@@ -21,7 +21,8 @@ from dlprof.cli.table_options import format_option, wide_option
 from dlprof.keys import TableFormat
 from dlprof.store.new_run import RunExistsError, prepare_run_dir
 from dlprof.store.reader import load
-from dlprof.store.safe_files import write_text
+from dlprof.store.safe_files import atomic_files, os_error_text
+from dlprof.text import printable
 from dlprof.viewers.roofline_svg import roofline_svg
 from dlprof.viewers.terminal import readable_columns, write_table
 from dlprof.workloads.paradnn import WARMUP_STEPS, Family, Point, grid, profile_point, warm_up_profiler
@@ -168,14 +169,17 @@ def _summary(points: list[Point], params: list[int], figures: list[PointFigures]
 
 def _write(out: Path, summary: pd.DataFrame, points: list[Point], figures: list[PointFigures]) -> None:
     device = figures[0].device.name if figures else ""
+    records = json.loads(summary.to_json(orient="records"))
+    chart = sweep_chart([p.name for p in points], figures)
+    texts = (summary.to_csv(index=False), json.dumps({"device": device, "models": records}, indent=1) + "\n",
+             roofline_svg(chart, "models (area: step time)") + "\n")
     try:
-        write_text(out / "summary.csv", summary.to_csv(index=False))
-        records = json.loads(summary.to_json(orient="records"))
-        write_text(out / "summary.json", json.dumps({"device": device, "models": records}, indent=1) + "\n")
-        chart = sweep_chart([p.name for p in points], figures)
-        write_text(out / "roofline.svg", roofline_svg(chart, "models (area: step time)") + "\n")
+        # The three files together or none of them.
+        with atomic_files([out / name for name in SUMMARY_FILES]) as partials:
+            for partial, text in zip(partials, texts, strict=True):
+                partial.write_text(text, encoding="utf-8")
     except OSError as error:
-        raise UsageError(f"{out}: cannot write the summary ({error.strerror or error})") from None
+        raise UsageError(f"{out}: cannot write the summary ({os_error_text(error)})") from None
 
 
 def _print(summary: pd.DataFrame, out: Path, fmt: TableFormat, seconds: float, device: str) -> None:
@@ -188,7 +192,7 @@ def _print(summary: pd.DataFrame, out: Path, fmt: TableFormat, seconds: float, d
     shown = shown.rename(columns={"Step": step.columns[0]})
     write_table(shown, f"sweep of {len(summary)} models on {device}: {out}", fmt,
                 keep=[step.columns[0], "FLOPs/step", "GFLOP/s", "Bound"])
-    print(f"{len(summary)} runs, summary.csv, summary.json and roofline.svg in {out} ({seconds:.1f} s)")
+    print(f"{len(summary)} runs, summary.csv, summary.json and roofline.svg in {printable(out)} ({seconds:.1f} s)")
 
 
 def _cells(column: str, values: pd.Series) -> list[object]:

@@ -20,6 +20,8 @@ from dlprof.exporters.base import ExportError
 from dlprof.exporters.perfetto import PerfettoExporter
 from dlprof.store.manifest import MANIFEST_NAME
 from dlprof.store.reader import Run
+from dlprof.store.safe_files import not_a_file, os_error_text
+from dlprof.text import printable
 from dlprof.viewers.perfetto_ui import HOST, PERFETTO_PORT, ServeResult, TraceServer, serve_once
 
 TRACE_NAME = f"trace{PerfettoExporter.file_extension}"
@@ -57,7 +59,7 @@ def command(run: str | None, no_browser: bool, port: int, timeout: float | None)
     def announce(server: TraceServer) -> None:
         # stdout carries the URL alone, for scripts and for a terminal that makes it clickable.
         click.echo(server.url)
-        console.print(f"serving {trace} on {HOST}:{server.port} until the Perfetto UI fetches it "
+        console.print(f"serving {printable(trace)} on {HOST}:{server.port} until the Perfetto UI fetches it "
                       "(Ctrl-C to stop)", markup=False)
 
     def open_in_browser(url: str) -> None:
@@ -68,12 +70,12 @@ def command(run: str | None, no_browser: bool, port: int, timeout: float | None)
         result = serve_once(trace, port, open_browser=None if no_browser else open_in_browser,
                             timeout=timeout, on_ready=announce)
     except OSError as error:
-        # PortBusyError's message is already one line; other bind errors get their reason.
-        raise UsageError(error.strerror or str(error)) from None
+        # PortBusyError's message is already one line; other errors get their file and reason.
+        raise UsageError(os_error_text(error)) from None
     if result is ServeResult.FETCHED:
-        console.print(f"the Perfetto UI fetched {trace.name}; done", markup=False)
+        console.print(f"the Perfetto UI fetched {printable(trace.name)}; done", markup=False)
     elif result is ServeResult.TIMED_OUT:
-        console.print(f"dlprof: nothing fetched {trace.name} within {timeout:g} s", markup=False)
+        console.print(f"dlprof: nothing fetched {printable(trace.name)} within {timeout:g} s", markup=False)
     return int(result)
 
 
@@ -90,7 +92,13 @@ def ensure_trace(run: Run) -> Path:
         UsageError: the run holds nothing to show, or the trace cannot be written.
     """
     trace = run.path / TRACE_NAME
-    if trace.is_file() and trace.stat().st_mtime_ns >= (run.path / MANIFEST_NAME).stat().st_mtime_ns:
+    if trace.is_symlink():  # a run travels: its trace may point anywhere on this machine
+        raise UsageError(f"{printable(trace)}: a symbolic link; dlprof view serves the run's own trace "
+                         "only (remove the link, and it is written anew)")
+    what = not_a_file(trace)
+    if what not in (None, "no such file"):
+        raise UsageError(f"{printable(trace)}: {what}; dlprof view serves the run's own trace file only")
+    if what is None and trace.stat().st_mtime_ns >= (run.path / MANIFEST_NAME).stat().st_mtime_ns:
         return trace
     # On stderr and transient, as `dlprof export` shows it: stdout is kept for the URL. Off a
     # terminal rich would still leave a blank line behind, so there is no bar at all.
@@ -100,5 +108,5 @@ def ensure_trace(run: Run) -> Path:
     except ExportError as error:
         raise UsageError(str(error)) from None
     except OSError as error:
-        raise UsageError(f"{trace}: cannot write ({error.strerror or error})") from None
+        raise UsageError(f"{trace}: cannot write ({os_error_text(error)})") from None
     return trace

@@ -33,12 +33,15 @@ manifest says so.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext
@@ -230,7 +233,13 @@ class TorchCollector(Collector):
             return
         with hide_kineto_chatter(), self._programs.own():
             for step in steps:
-                self._steps[step]()
+                try:
+                    self._steps[step]()
+                except BaseException:
+                    # Whichever step failed (a cycle's trace not written: a full disk), Kineto
+                    # no longer records: stopping it again would export a freed profile.
+                    self._state = _State.IDLE
+                    raise
 
     def _give_way(self) -> None:
         """The program prepares a torch.profiler of its own: end dlprof's recording here (saved
@@ -282,7 +291,11 @@ class TorchCollector(Collector):
         directory = self._context.run_dir / "kineto" / f"rank={self._context.config.rank}"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"cycle-{self._cycle:05d}.json"
-        self._kineto.export_chrome_trace(str(path))
+        # Kineto says a failed write on fd 2 and raises nothing: the save says it once instead.
+        with hidden_chatter(lambda line: _WRITE_FAILED in line):
+            self._kineto.export_chrome_trace(str(path))
+        if not path.is_file():
+            raise _not_written(path)
         job = CycleJob(
             trace=path,
             rank=self._context.config.rank,
@@ -321,6 +334,25 @@ ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no alloca
                     "memory not recorded")
 # What Kineto prints on the process's stderr each time it starts or stops a trace.
 _KINETO_CHATTER = (b"USDT:", b"STAGE:")
+
+
+# What Kineto prints when it cannot write a trace (a full disk), leaving ``<trace>.tmp`` behind.
+_WRITE_FAILED = b"Failed to write to log file"
+
+
+def _not_written(path: Path) -> OSError:
+    """The error of a trace Kineto could not write, its partial ``.tmp`` removed: ENOSPC when
+    the disk has no more room than that partial file took (Kineto gives no reason)."""
+    partial = path.with_name(path.name + ".tmp")
+    try:
+        written = partial.stat().st_size
+        partial.unlink()
+        room = shutil.disk_usage(path.parent).free
+    except OSError:
+        written, room = 0, 1 << 62  # no partial file: no sign of a full disk
+    full = room <= written + (1 << 20)
+    reason = os.strerror(errno.ENOSPC) if full else "torch.profiler could not write its trace"
+    return OSError(errno.ENOSPC if full else errno.EIO, reason, str(path))
 
 
 def hide_kineto_chatter() -> AbstractContextManager[None]:

@@ -97,6 +97,10 @@ class DuckDBEngine(Engine):
             if "parquet" in str(error).lower():
                 raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
             raise
+        except (duckdb.ConversionException, duckdb.OutOfRangeException) as error:
+            # Values each within range that add up past int64 (durations of centuries, edited in)
+            raise EngineError(f"a value past the range of its column ({_first_line(error)}): the run's "
+                              "times or counts are damaged") from None
 
     def rows(self, sql: str) -> Rows:
         def fetch() -> Rows:

@@ -111,4 +111,7 @@ class Exporter(ABC):
 
 # A binary file that appears at its path only once complete (an export that fails or is
 # interrupted leaves no half file that looks like a trace), never written through a link.
+# Several files of one export go through safe_files.atomic_files: all of them, or none.
 atomic_output = atomic_binary
+# The buffer of an export's output file.
+OUTPUT_BUFFER = 1 << 20

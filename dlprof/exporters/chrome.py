@@ -39,7 +39,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dlprof.exporters.base import Exporter, Ticker, atomic_output
+from dlprof.exporters.base import OUTPUT_BUFFER, Exporter, Ticker
 from dlprof.exporters.chrome_rank import RANK_PID_STRIDE, ChromeRankEvents, EventWriter, RankNaming
 from dlprof.exporters.counter_rates import counter_rate_tracks
 from dlprof.exporters.kineto_layout import (  # noqa: F401 (the layout's names, where they were)
@@ -52,6 +52,7 @@ from dlprof.exporters.kineto_layout import (  # noqa: F401 (the layout's names, 
 from dlprof.keys import StoreTable
 from dlprof.store import scan
 from dlprof.store.reader import Run
+from dlprof.store.safe_files import atomic_files
 
 
 def base_time_ns(run: Run) -> int:
@@ -146,16 +147,20 @@ class ChromeExporter(Exporter):
         paths = self.output_paths(run, path)
         program = program_name(run)
         manifest = run.manifest
-        for out, file_ranks in zip(paths, [ranks] if self.merged else [[r] for r in ranks], strict=True):
-            with atomic_output(out) as file:
-                several = self.merged and len(ranks) > 1
-                stated = None if several else file_ranks[0]
-                file.write(kineto_header(manifest.devices, stated, manifest.world_size, base))
-                writer = EventWriter(file)
-                for rank in file_ranks:
-                    naming = RankNaming(program, rank * RANK_PID_STRIDE if several else 0,
-                                        f"rank {rank} " if several else "", flows_by_rank=several)
-                    events = ChromeRankEvents(writer, run, rank, base, ticker, self.batch_rows, naming)
-                    events.write([t for t in rates if t.rank == rank])
-                file.write(b'\n  ],\n  "traceName": ' + json.dumps(out.name).encode() + b"\n}\n")
+        groups = [ranks] if self.merged else [[r] for r in ranks]
+        # One file per rank, all or none: a rank refused (its target a link) or failing leaves
+        # no other rank's file written.
+        with atomic_files(paths) as partials:
+            for out, partial, file_ranks in zip(paths, partials, groups, strict=True):
+                with partial.open("wb", buffering=OUTPUT_BUFFER) as file:
+                    several = self.merged and len(ranks) > 1
+                    stated = None if several else file_ranks[0]
+                    file.write(kineto_header(manifest.devices, stated, manifest.world_size, base))
+                    writer = EventWriter(file)
+                    for rank in file_ranks:
+                        naming = RankNaming(program, rank * RANK_PID_STRIDE if several else 0,
+                                            f"rank {rank} " if several else "", flows_by_rank=several)
+                        events = ChromeRankEvents(writer, run, rank, base, ticker, self.batch_rows, naming)
+                        events.write([t for t in rates if t.rank == rank])
+                    file.write(b'\n  ],\n  "traceName": ' + json.dumps(out.name).encode() + b"\n}\n")
         return paths

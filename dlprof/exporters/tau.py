@@ -57,14 +57,13 @@ from dlprof.exporters.tau_format import (
     clean_event_name,
     metric_directories,
     profile_paths,
-    replace_directory,
     run_attributes,
     thread_attributes,
     write_profile,
 )
 from dlprof.exporters.tau_tree import SliceTree, metric_values
 from dlprof.store.reader import Run
-from dlprof.store.safe_files import partial_directory
+from dlprof.store.safe_files import partial_directory, replace_directory
 
 TIME = "TIME"
 

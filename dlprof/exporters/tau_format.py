@@ -16,7 +16,6 @@ import hashlib
 import math
 import re
 import shlex
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,21 +286,9 @@ def check_target(path: Path) -> None:
     for entry in path.iterdir():
         inside = list(entry.iterdir()) if entry.is_dir() and entry.name.startswith("MULTI__") else [entry]
         for item in inside:
-            if not (item.is_file() and _PROFILE_FILE.fullmatch(item.name)):
+            if item.is_symlink() or entry.is_symlink() or not (item.is_file() and _PROFILE_FILE.fullmatch(item.name)):
                 raise ExportError(f"{path}: holds {item.relative_to(path)}, not only TAU profiles; "
                                   "export into a new directory")
-
-
-def replace_directory(partial: Path, path: Path) -> None:
-    """Put a finished directory in place; an earlier one stays whole until the new one is there."""
-    if not path.exists():
-        partial.rename(path)
-        return
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    path.rename(old)
-    partial.rename(path)
-    shutil.rmtree(old)
 
 
 def run_attributes(run: Run) -> list[tuple[str, str]]:

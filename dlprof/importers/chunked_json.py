@@ -10,7 +10,13 @@ indentation inside an event are squeezed out, and an event that is still longer 
 
 Layouts (:class:`Layout`): Kineto's (a field per line, each event closed by ``}`` at its ``{``'s
 indentation), one event per line (torch's Python writer, dlprof's export), and everything on one
-line (``json.dumps``), cut between ``}`` and ``{``::
+line (``json.dumps``), cut between ``}`` and ``{``.
+
+One bad event costs one event: a piece that does not parse even at the file's end is taken
+event by event (:mod:`dlprof.importers.json_repair`), bare quotes in a name mended, what cannot
+be read dropped and counted (:attr:`ChunkedTrace.invalid_events`). A UTF-8 byte order mark
+before the document is skipped; anything but whitespace after it is refused as trailing
+data::
 
     trace = ChunkedTrace(gzip.open(path))
     for events in trace.chunks():          # lists of dicts, parsed with orjson
@@ -20,6 +26,7 @@ line (``json.dumps``), cut between ``}`` and ``{``::
 
 from __future__ import annotations
 
+import errno
 import gc
 import gzip
 import io
@@ -32,6 +39,9 @@ from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
 import orjson
+
+from dlprof.importers.json_repair import salvage
+from dlprof.store.safe_files import not_a_file
 
 # Decompressed bytes read at a time, and the size pieces are cut at: large enough that the
 # fixed cost of a piece (a query, a few hundred Arrow calls, a chunk file) vanishes.
@@ -49,6 +59,7 @@ _BLANK_LINES = re.compile(rb"\n[ \t\r\n]*\n")
 _LONG_INDENT = re.compile(rb"\n[ \t\r]{256,}")
 _COMMA = re.compile(rb"[ \t\r\n]*,")
 _BRACKET = re.compile(rb"\]")
+_BOM = b"\xef\xbb\xbf"
 
 Parsed = TypeVar("Parsed")
 
@@ -78,8 +89,12 @@ def open_stream(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         (the decompressed stream, the file itself: its position is the progress made).
 
     Raises:
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened, or is not a regular file (a FIFO would wait for a
+            writer for ever, a device never end).
     """
+    what = not_a_file(path)
+    if what is not None:
+        raise OSError(errno.EINVAL if what != "no such file" else errno.ENOENT, what, str(path))
     with path.open("rb") as file:
         gzipped = file.read(2) == _GZIP_MAGIC
         file.seek(0)
@@ -113,6 +128,8 @@ class ChunkedTrace:
         self.layout = Layout.LINES
         self.indent = b""  # the events' indentation in the BLOCKS layout
         self.consumed = 0  # decompressed bytes read so far
+        self.invalid_events = 0  # events dropped because their JSON could not be read
+        self.repaired_events = 0  # events read once bare quotes in their strings were escaped
 
     def chunks(self) -> Iterator[list[dict[str, Any]]]:
         """The events, a list per piece, parsed with orjson; fills :attr:`header` when done."""
@@ -128,8 +145,8 @@ class ChunkedTrace:
         Raises:
             TraceFormatError: not a Chrome trace, truncated, or an event too long.
         """
-        buffer = self._read_until(lambda data: bool(data.lstrip(_SPACE)), b"")
-        buffer = buffer.lstrip(_SPACE)
+        buffer = self._read_until(lambda data: bool(data.lstrip(_SPACE).removeprefix(_BOM)), b"")
+        buffer = buffer.lstrip(_SPACE).removeprefix(_BOM).lstrip(_SPACE)
         if buffer[:1] == b"[":  # the bare-array form
             yield from self._events(buffer[1:], parse, header_prefix=None)
             return
@@ -195,9 +212,17 @@ class ChunkedTrace:
                     yield parsed
                     buffer, grown = buffer[end:], 0
                     continue
+                parsed = self._salvaged(piece, parse, final=False)
+                if parsed is not None:
+                    yield parsed
+                    buffer, grown = buffer[cut:], 0
+                    continue
                 grown = cut
             if self._eof:
                 closed = self._before_closing(buffer, parse)
+                if closed is None:  # a broken event, or the file cut short
+                    closed = self._before_closing(buffer, lambda head: self._salvaged(head, parse, final=True),
+                                                  last_first=True)
                 if closed is None:
                     raise TraceFormatError("truncated: the events array never ends")
                 end, parsed = closed
@@ -239,17 +264,21 @@ class ChunkedTrace:
                 return at + 1
         return 0
 
-    def _before_closing(self, piece: bytes, parse: Callable[[bytes], Parsed | None]) -> tuple[int, Parsed] | None:
+    def _before_closing(self, piece: bytes, parse: Callable[[bytes], Parsed | None],
+                        last_first: bool = False) -> tuple[int, Parsed] | None:
         """The events before the array's closing bracket, where ``piece`` holds it.
 
         A line that starts with ``]`` may also close an array inside a multi-line event, so each
-        is tried in turn (on one line, each ``]`` from the last).
+        is tried in turn (on one line, each ``]`` from the last; with ``last_first``, every
+        layout from the last: a broken event's salvage takes the nearest to the file's end).
         """
         if self.layout is Layout.INLINE:
             # Any "]" may close the array; the last one that leaves whole events before it does.
             candidates = [m.start() for m in _BRACKET.finditer(piece)][::-1]
         else:
             candidates = [m.start(1) for m in _CLOSING_LINE.finditer(piece)]
+            if last_first:
+                candidates.reverse()
         for end in candidates:
             head = piece[:end].rstrip(_SPACE + b",")
             if not head.strip(_SPACE):
@@ -259,10 +288,40 @@ class ChunkedTrace:
                 return end, parsed
         return None
 
+    def _salvaged(self, piece: bytes, parse: Callable[[bytes], Parsed | None], final: bool) -> Parsed | None:
+        """The events of a piece that does not parse whole, read one by one (see
+        :func:`~dlprof.importers.json_repair.salvage`); None when it may only be cut short."""
+        kept = salvage(self._split_events(piece), final)
+        if kept is None:
+            return None
+        if not kept.events:
+            raise TraceFormatError(f"no event could be read: the JSON of its {kept.dropped} event(s) is invalid")
+        separator = b",\n" + self.indent if self.layout is Layout.BLOCKS else b",\n"
+        parsed = parse(separator.join(kept.events))
+        if parsed is None:
+            return None
+        self.invalid_events += kept.dropped
+        self.repaired_events += kept.repaired
+        return parsed
+
+    def _split_events(self, piece: bytes) -> list[bytes]:
+        """A piece cut into its events at every boundary its layout shows (see _last_boundary)."""
+        if self.layout is Layout.LINES:
+            return piece.split(b"\n")
+        if self.layout is Layout.BLOCKS:
+            closing = re.compile(rb"\n" + re.escape(self.indent) + rb"\}[ \t\r]*,?[ \t\r]*(?=\n|$)")
+            ends = [m.start() + len(self.indent) + 2 for m in closing.finditer(piece)]
+        else:
+            ends = [at + 1 for at in (m.start() for m in re.finditer(rb"\}", piece)) if _COMMA.match(piece, at + 1)]
+        starts = [0, *ends]
+        return [piece[a:b] for a, b in zip(starts, [*ends, len(piece)], strict=True)]
+
     def _finish(self, after_array: bytes, header_prefix: bytes | None) -> None:
         """Read the rest of the file: the header's keys that follow the events."""
         rest = self._read_until(lambda _: False, after_array)
         if header_prefix is None:
+            if rest.strip(_SPACE):
+                raise TraceFormatError(f"trailing data after the events array ({_shown(rest.strip(_SPACE))})")
             return
         self.header = _parse_object(header_prefix + b'"traceEvents": []' + rest)
         self.header.pop("traceEvents")
@@ -300,7 +359,14 @@ def _parse_object(raw: bytes) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
+        if "after document" in str(error) or "trailing" in str(error):
+            raise TraceFormatError(f"trailing data after the JSON document ({error})") from None
         raise TraceFormatError(f"truncated or malformed JSON ({error})") from None
     if not isinstance(value, dict):
         raise TraceFormatError("not a Chrome trace: the top level is not an object")
     return value
+
+
+def _shown(data: bytes) -> str:
+    """The first bytes of ``data``, for a message."""
+    return repr(data[:40])[2:-1] + ("..." if len(data) > 40 else "")

@@ -132,6 +132,8 @@ def convert_file(path: Path, options: KinetoOptions) -> KinetoTables:
     assert events is not None
     tables = convert_events(events, options, base_time_ns(trace.header))
     tables.devices = device_list(trace.header)
+    if trace.invalid_events:  # read past, one by one (see dlprof.importers.json_repair)
+        tables.dropped[str(Damage.INVALID_JSON)] = trace.invalid_events
     return tables
 
 

@@ -160,7 +160,7 @@ class EventParser:
             self._connection.register("lines", pa.table({"line": events}))
             try:
                 result = self._connection.sql(_SELECT).to_arrow_table()
-            except duckdb.Error:  # a string that is not one JSON object
+            except (duckdb.Error, UnicodeDecodeError):  # not one JSON object, or not UTF-8
                 return None
             finally:
                 self._connection.unregister("lines")

@@ -349,7 +349,7 @@ def _flops(events: pa.Table, name: pa.Array, dims: pa.Array) -> pa.Array:
         if key not in estimates:
             op, shape_text, concrete_text = key
             inputs = orjson.loads(concrete_text) if concrete_text else ()
-            estimates[key] = estimate_flops(op, orjson.loads(shape_text), inputs if inputs is not None else ())
+            estimates[key] = _int64(estimate_flops(op, orjson.loads(shape_text), inputs if inputs is not None else ()))
         values.append(estimates[key])
     mask = np.zeros(len(flops), dtype=bool)
     mask[positions] = True
@@ -365,13 +365,24 @@ def _bytes(events: pa.Table, kind: pa.Array) -> pa.Array:
     take = pa.array(positions, pa.int64())
     rows = zip(*(events.column(c).take(take).to_pylist()
                  for c in ("in_msg_nelems", "dtype", "input_dims", "input_type")), strict=True)
-    values = [comm_bytes({"In msg nelems": nelems, "dtype": dtype,
-                          "Input Dims": orjson.loads(dims) if dims else None,
-                          "Input type": orjson.loads(types) if types else None})
+    values = [_int64(comm_bytes({"In msg nelems": nelems, "dtype": dtype,
+                                 "Input Dims": orjson.loads(dims) if dims else None,
+                                 "Input type": orjson.loads(types) if types else None}))
               for nelems, dtype, dims, types in rows]
     mask = np.zeros(len(moved), dtype=bool)
     mask[positions] = True
     return pc.replace_with_mask(moved, pa.array(mask), pa.array(values, pa.int64()))
+
+
+def _int64(value: float | None) -> int | None:
+    """An estimate as the column keeps it: a count past int64 (shapes of 10**30 elements in a
+    damaged trace) reads as absent, as a wrong argument does."""
+    if value is None or not 0 <= value <= _INT64_MAX:  # nan compares false: absent too
+        return None
+    return int(value)
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 def _dictionary(values: pa.Array | pa.ChunkedArray) -> pa.Array:

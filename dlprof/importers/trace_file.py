@@ -36,6 +36,7 @@ from dlprof.importers.chunked_json import TraceFormatError
 from dlprof.importers.kineto import KinetoTables
 from dlprof.importers.memory_snapshot import SnapshotError, convert_snapshot, read_snapshot
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
+from dlprof.importers.plausible_times import within_plausible_times
 from dlprof.importers.trace_header import device_list, world_size
 from dlprof.importers.trace_stream import (
     ChromeTraceRows,
@@ -164,7 +165,8 @@ def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], N
     with open_trace(info.path) as (stream, file):
         rows = ChromeTraceRows(stream, id_base(0, SLOT_IMPORT))
         try:
-            for tables, events in rows:
+            for piece, events in rows:
+                tables = within_plausible_times(piece)
                 _keep(writer, tables, info.base_ns)
                 item.events += events
                 for reason, count in tables.dropped.items():

@@ -27,6 +27,7 @@ from typing import IO, Any
 import orjson
 
 from dlprof.importers.chunked_json import CHUNK_BYTES, ChunkedTrace, TraceFormatError, open_stream
+from dlprof.importers.damage import Damage
 from dlprof.importers.kineto import KinetoOptions, KinetoTables, convert_events
 from dlprof.importers.kineto_events import EventParser
 from dlprof.importers.memory_snapshot import PICKLE_OPCODE
@@ -37,6 +38,7 @@ from dlprof.importers.trace_header import (
     checked_base_time,
     stated_rank,
 )
+from dlprof.store.safe_files import not_a_file
 
 _TAIL_BYTES = 1 << 20  # the end of a file searched for keys written after the events
 # A number's text whole (1e300 too), so that what is not a whole number is refused, not cut short.
@@ -77,8 +79,9 @@ def open_trace(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
 
 def probe(path: Path, is_xplane: bool) -> TraceInfo:
     """Open ``path`` far enough to know its format, its leading header and its time base."""
-    if not path.is_file():
-        raise TraceImportError(f"{path}: no such file")
+    what = not_a_file(path)
+    if what is not None:  # a FIFO would wait for a writer, /dev/zero never end
+        raise TraceImportError(f"{path}: {what}, not a trace file" if what != "no such file" else f"{path}: {what}")
     if is_xplane:
         return TraceInfo(path, "xplane")
     with open_trace(path) as (stream, _):
@@ -132,10 +135,14 @@ class ChromeTraceRows:
             TraceFormatError: not a Chrome trace, or damaged.
         """
         trace, parser, next_id = self._trace, EventParser(), self._first_id
+        invalid = 0
         for events in trace.pieces(lambda piece: parser(piece, trace.layout, trace.indent)):
             tables = convert_events(events, KinetoOptions(id_base=next_id))
             next_id += tables.slices.num_rows
-            yield tables, events.num_rows
+            if trace.invalid_events > invalid:  # events of this piece whose JSON was unreadable
+                tables.dropped[str(Damage.INVALID_JSON)] = trace.invalid_events - invalid
+                invalid = trace.invalid_events
+            yield tables, events.num_rows + tables.dropped.get(str(Damage.INVALID_JSON), 0)
 
 
 def _read(path: Path, stream: IO[bytes], size: int) -> bytes:

@@ -34,6 +34,7 @@ from dlprof.config import ProfileConfig
 from dlprof.schedule import Action
 from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
+from dlprof.text import printable
 
 
 class CollectorError(Exception):
@@ -169,8 +170,14 @@ class CollectorSet:
             except Exception as failure:  # noqa: BLE001  never the program's error
                 self._drop(collector, "failed while saving", failure)
 
-    def stop(self, report: Callable[[str], None] | None = None) -> None:
-        """Stop the running collectors in reverse start order; note those that never started."""
+    def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:
+        """Stop the running collectors in reverse start order; note those that never started.
+
+        Args:
+            report: told which collector's data is being saved (a progress display).
+            quiet: note a collector's failure in the manifest only (the recording stopped, and
+                that was said once already).
+        """
         for watch in self._watches:
             watch.cancel()
         for framework, waiting in self._waiting.items():
@@ -183,7 +190,7 @@ class CollectorSet:
             try:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                self._failed(collector.name, "failed while stopping", failure)
+                self._failed(collector.name, "failed while stopping", failure, say=not quiet)
         for collector in [*self._running, *self._dropped]:
             self._degraded.extend(f"{collector.name} collector {line}" for line in collector.degraded
                                   if f"{collector.name} collector {line}" not in self._degraded)
@@ -235,14 +242,15 @@ class CollectorSet:
         info.active = collector.active
         self._running.append(collector)
 
-    def _note_failure(self, name: str, what: str, failure: Exception) -> None:
+    def _note_failure(self, name: str, what: str, failure: Exception, say: bool = True) -> None:
         note = f"{what}: {type(failure).__name__}: {failure}"
         self._info(name).notes.append(note)
-        print(f"dlprof: collector {name} {note}", file=sys.stderr)
+        if say:
+            print(f"dlprof: collector {name} {printable(note)}", file=sys.stderr)
 
-    def _failed(self, name: str, what: str, failure: Exception) -> None:
-        """A collector failed: noted, said, and the run is degraded."""
-        self._note_failure(name, what, failure)
+    def _failed(self, name: str, what: str, failure: Exception, say: bool = True) -> None:
+        """A collector failed: noted, said (unless ``say`` is off), and the run is degraded."""
+        self._note_failure(name, what, failure, say=say)
         self._info(name).active = False
         self._degraded.append(f"{name} collector {what}: {type(failure).__name__}: {failure}")
 

@@ -17,9 +17,11 @@ started at the first save at the lowest CPU priority, so the program keeps its c
 each result on its stdout. At the end, when the program no longer needs the cores, the
 profiled process works beside it. If the profiled process is killed (or ends with
 ``os._exit``), the child finishes every job waiting and then ends; if both are killed, the jobs
-stay on disk for :func:`finish_pending` (``dlprof finish``). A job the child could not finish (it died) is done
-in the profiled process instead. Jobs are independent of each other, so they may be finished
-in any order.
+stay on disk for :func:`finish_pending` (``dlprof finish``). A job the child could not finish (it died,
+or the job failed: a full disk) is done in the profiled process instead; one that fails there too
+stays on disk, its chunks read as they are, and is said once (:attr:`BackgroundFinisher.failures`).
+No failure of a job prints a traceback on the program's stderr. Jobs are independent of each
+other, so they may be finished in any order.
 """
 
 from __future__ import annotations
@@ -41,13 +43,28 @@ from dlprof.importers.kineto_cycle import convert_cycle as convert_kineto
 from dlprof.importers.xplane_cycle import convert_cycle as convert_xplane
 from dlprof.keys import StoreTable
 from dlprof.store.pm_samples import attribute_rank
-from dlprof.store.save_jobs import CycleJob, OpenSlice, PendingSaves, SaveJob, XPlaneJob, pending_ranks
+from dlprof.store.safe_files import os_error_text
+from dlprof.store.save_jobs import (
+    CycleJob,
+    OpenSlice,
+    PendingSaves,
+    SaveJob,
+    SaveJobError,
+    XPlaneJob,
+    pending_ranks,
+)
 from dlprof.store.writer import RankWriter
 
 Result = dict[str, Any]
 # Before each result line the child prints: anything else on its stdout (a library's chatter) is
 # not a result.
 _RESULT = "dlprof-finished "
+# Before the line of a job the child could not finish (it puts the job back and ends).
+_FAILED = "dlprof-failed "
+
+
+class FinishError(Exception):
+    """A save cannot be made final; the message is one line naming the save and why."""
 
 # How each kind of profiler cycle a save can hold is converted.
 _CONVERTERS: dict[str, Callable[[Any], tuple[dict[StoreTable, list[pa.Table]], Result]]] = {
@@ -107,6 +124,8 @@ class BackgroundFinisher:
         self._reader: threading.Thread | None = None
         self._lock = threading.Lock()
         self.child_failures = 0
+        # Saves that could not be made final, each in words ("save 3: disk full").
+        self.failures: list[str] = []
 
     def submit(self, job: SaveJob) -> None:
         self._pending.put(job)
@@ -121,7 +140,7 @@ class BackgroundFinisher:
 
     def close(self) -> None:
         """Finish every job: the child goes on, oldest first, while this process takes the newest."""
-        while (taken := self._pending.claim(newest=True)) is not None:
+        while (taken := self._claim(newest=True)) is not None:
             self._finish_here(*taken)
         with self._lock:
             child, self._child = self._child, None
@@ -135,7 +154,7 @@ class BackgroundFinisher:
             self._reader.join()
         # A child that died mid-job left it claimed: it is finished here.
         self._pending.release_dead_claims()
-        while (taken := self._pending.claim()) is not None:
+        while (taken := self._claim()) is not None:
             self._finish_here(*taken)
         self._pending.remove_if_empty()
 
@@ -144,8 +163,20 @@ class BackgroundFinisher:
         self._child = None
         self._reader = None
 
+    def _claim(self, newest: bool = False) -> tuple[SaveJob, Path] | None:
+        try:
+            return self._pending.claim(newest)
+        except (SaveJobError, OSError) as error:  # it stays claimed: not taken again
+            self.failures.append(failure_text(error))
+            return self._claim(newest)
+
     def _finish_here(self, job: SaveJob, claimed: Path) -> None:
-        self._on_result(finish(job))
+        try:
+            result = finish(job)
+        except Exception as error:  # noqa: BLE001  the job stays on disk for dlprof finish
+            self.failures.append(f"save {job.number}: {failure_text(error)}")
+            return
+        self._on_result(result)
         claimed.unlink(missing_ok=True)
 
     def _started_child(self) -> subprocess.Popen[str]:
@@ -167,6 +198,7 @@ class BackgroundFinisher:
         return self._child
 
     def _read_results(self, child: subprocess.Popen[str]) -> None:
+        # A job the child could not finish (its _FAILED line) is back on disk: close() tries it.
         assert child.stdout is not None
         for line in child.stdout:
             if line.startswith(_RESULT):
@@ -181,20 +213,35 @@ def finish_pending(run_dir: Path) -> int:
 
     Raises:
         SaveJobError: a job is damaged or names a place outside the run (it stays claimed).
+        FinishError: a job cannot be made final (a chunk or a trace it names is damaged or
+            missing, the disk is full); it stays on disk, and those finished before are final.
     """
     finished = 0
     for pending in pending_ranks(run_dir):
         pending.release_dead_claims()
         metadata = None
         while (taken := pending.claim()) is not None:
-            finish(taken[0])
-            metadata = taken[0].metadata
-            taken[1].unlink(missing_ok=True)
+            job, claimed = taken
+            try:
+                finish(job)
+            except Exception as error:  # noqa: BLE001  a run is input: one line, never a traceback
+                claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+                raise FinishError(f"{claimed.name.partition('.')[0]} of rank {job.rank}: {failure_text(error)}") from None
+            metadata = job.metadata
+            claimed.unlink(missing_ok=True)
             finished += 1
         pending.remove_if_empty()
         if metadata is not None:  # the rank's saves are final: its PM samples go to its kernels
             attribute_rank(run_dir, pending.rank, metadata)
     return finished
+
+
+def failure_text(error: BaseException) -> str:
+    """Why a save could not be made final, in one line."""
+    if isinstance(error, OSError):
+        return os_error_text(error)
+    detail = " ".join(str(error).split())[:300]
+    return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
 
 
 def _anchors(open_slices: list[OpenSlice]) -> pa.Table | None:
@@ -205,24 +252,30 @@ def _anchors(open_slices: list[OpenSlice]) -> pa.Table | None:
     return pa.table(dict(zip(names, columns, strict=True)))
 
 
-def _finish_waiting(pending: PendingSaves) -> None:
+def _finish_waiting(pending: PendingSaves) -> bool:
+    """Finish every job waiting; False once one fails (put back for the profiled process)."""
     while (taken := pending.claim()) is not None:
-        result = finish(taken[0])
-        taken[1].unlink(missing_ok=True)
-        _tell_parent(_RESULT + json.dumps(result) + "\n")
+        job, claimed = taken
+        try:
+            result = finish(job)
+        except Exception as error:  # noqa: BLE001  never a traceback on the program's stderr
+            claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+            _report(_FAILED + json.dumps({"number": job.number, "error": failure_text(error)}))
+            return False
+        claimed.unlink(missing_ok=True)
+        _report(_RESULT + json.dumps(result))
+    return True
 
 
-def _tell_parent(line: str) -> None:
-    """Hand a result to the profiled process; once it is gone (killed, ``os._exit``) the jobs are
-    still finished, and nothing is said: the program's terminal gets no traceback of ours."""
+def _report(line: str) -> None:
+    """A line to the profiled process; once it is gone (killed: the pipe is broken), nothing."""
     try:
-        sys.stdout.write(line)
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        # Further writes, and the flush of what is buffered at exit, go nowhere.
-        nowhere = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(nowhere, sys.stdout.fileno())
-        os.close(nowhere)
+    except OSError:
+        # The jobs still waiting are finished all the same; the pipe now leads nowhere, so that
+        # neither these writes nor the interpreter's last flush can fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str]) -> int:
@@ -231,12 +284,18 @@ def main(argv: list[str]) -> int:
     once it closes stdin (it is done, or it was killed)."""
     os.nice(19)
     pending = PendingSaves(Path(argv[0]), int(argv[1]))
-    while True:
-        _finish_waiting(pending)
-        if not sys.stdin.readline():
-            break
-    _finish_waiting(pending)
-    pending.remove_if_empty()
+    try:
+        while True:
+            if not _finish_waiting(pending):
+                return 1  # the profiled process finishes the rest at its end, or says why not
+            if not sys.stdin.readline():
+                break
+        if not _finish_waiting(pending):
+            return 1
+        pending.remove_if_empty()
+    except (SaveJobError, OSError) as error:  # a job file damaged, the run removed
+        _report(_FAILED + json.dumps({"number": -1, "error": failure_text(error)}))
+        return 1
     return 0
 
 

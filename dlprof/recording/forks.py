@@ -41,11 +41,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from dlprof.recording.failures import failure_words
 from dlprof.recording.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
 from dlprof.store.safe_files import write_text
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
+from dlprof.text import printable
 
 # A child saves its buffer once it holds this many slices, or once this long has passed since
 # its last save, not only at exit.
@@ -76,6 +78,7 @@ class ForkFollower:
         self._saved_at = 0
         self._saved_kinds: dict[str, int] = {}
         self._wanted = False  # a save the parent asked for while dlprof's code ran
+        self.failed = False  # in a child: a save failed (a full disk); nothing more is recorded
 
     def follow(self) -> None:
         """Follow every fork from now on (until :meth:`unfollow`)."""
@@ -95,16 +98,26 @@ class ForkFollower:
     # --- in a child -----------------------------------------------------------------------
 
     def save(self) -> None:
-        """Write what this child recorded since the last save (nothing in the parent)."""
-        if not self.in_child:
+        """Write what this child recorded since the last save (nothing in the parent).
+
+        A save that fails (a full disk) closes the child's recording with one line on stderr;
+        the worker itself goes on: its batches are the program's.
+        """
+        if not self.in_child or self.failed:
             return
         self._saved_at = time.perf_counter_ns()
         if len(self.slices) or self._wanted:
-            batch = self.slices.drain()
-            self.sink.append_slices(batch, f"fork{os.getpid()}")
-            for kind in batch.column("kind").to_pylist():
-                self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
-            self._acknowledge()
+            try:
+                batch = self.slices.drain()
+                self.sink.append_slices(batch, f"fork{os.getpid()}")
+                for kind in batch.column("kind").to_pylist():
+                    self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
+                self._acknowledge()
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                self.failed = True
+                self.slices.closed = True
+                print(f"dlprof: forked process {os.getpid()}: {printable(failure_words(failure))}: "
+                      "its recording stopped", file=sys.stderr)
 
     def save_if_full(self) -> None:
         """A collector recording in a child calls this now and then (after each batch)."""

@@ -169,6 +169,11 @@ class Saver:
                 if (by := shift(slice_id)) is not None and (by or (number, slice_id) in dropped)]
 
     @property
+    def failures(self) -> list[str]:
+        """Saves that could not be made final, in words; they wait on disk for ``dlprof finish``."""
+        return self._finisher.failures
+
+    @property
     def child_failures(self) -> int:
         """Jobs the finisher's child process could not finish (done in this process instead)."""
         return self._finisher.child_failures

@@ -10,7 +10,9 @@ it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the 
 A run whose recording is not whole (a collector that could not start or stopped recording: the
 manifest's ``degraded`` says why) is ``degraded`` where it would have been complete; with
 ``strict`` that is an error: :class:`CollectorError` at start where the failure is known then,
-:class:`DegradedRun` when the session ends otherwise.
+:class:`DegradedRun` when the session ends otherwise. dlprof's own failures never reach the
+program: a save that fails (a full disk) stops the recording with one line on stderr and a reason
+in the manifest (:mod:`dlprof.recording.failures`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dlprof.recording.collector_set import (
     asked_for,
     resolve_names,
 )
+from dlprof.recording.failures import degraded_reason, stops_recording_on_failure
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
 from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
@@ -45,11 +48,14 @@ from dlprof.recording.saves import Saver
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest, degraded_line
+from dlprof.store.safe_files import os_error_text
 from dlprof.store.save_jobs import OpenSlice
 from dlprof.store.series_buffer import SeriesBuffer
 from dlprof.store.sink import Sink
 from dlprof.store.slice_buffer import SliceBuffer
 from dlprof.store.writer import RankWriter
+from dlprof.store.writer_lock import WriterLock
+from dlprof.text import printable
 
 STEP_NAME = "ProfilerStep#{}"
 
@@ -133,6 +139,11 @@ class Session:
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
         self._sigterm_held = False
         self._started = False
+        # One writer per rank of a run; it also keeps room on the disk for the last manifest.
+        self._lock = WriterLock(self.run_dir, config.rank)
+        # A save failed (a full disk): nothing more is recorded; the program goes on.
+        self.recording_stopped = False
+        self._stopping = False  # stop() runs: it stops the collectors itself
         # Set by the counters collector at start; regions check it once per enter (None: no cost).
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
         self._counter_deltas: CounterDeltas | None = None
@@ -163,7 +174,7 @@ class Session:
                                       would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
-            on_late_start=self._save_clock.restart, degraded=self.manifest.degraded,
+            on_late_start=self._started_late, degraded=self.manifest.degraded,
             asked=asked_for(config), strict=config.strict,
         )
 
@@ -189,6 +200,7 @@ class Session:
             if unavailable:
                 raise CollectorError("; ".join(unavailable))
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()  # RunInUseError while another process writes this rank
         self.manifest.start_ns = time.time_ns()
         self._write_manifest()
         self._context = CollectorContext(
@@ -248,6 +260,7 @@ class Session:
         self._steps_ended_by_source = True
         self.end_step()
 
+    @stops_recording_on_failure
     def end_step(self) -> None:
         """End the current step: the program's call, or a source that ends steps by itself."""
         if self._context is None:
@@ -292,6 +305,7 @@ class Session:
         if self._step_id < 0 and not self.forks.in_child:
             self._begin_step()
 
+    @stops_recording_on_failure
     def save_waited(self) -> None:
         """A region ended while a save waited for it (see step()); the save is made now, between
         two steps as any step's save is, if no other region of that step is still open."""
@@ -350,6 +364,7 @@ class Session:
             self.forks.save()
             return self.manifest
         self.forks.unfollow()
+        self._stopping = True
         self._mid_step.stop()
         self._hold_sigterm()
         try:
@@ -369,6 +384,8 @@ class Session:
                 note = f"making the saves final failed ({type(failure).__name__}: {failure}); read from its chunks"
                 self.manifest.notes.append(note)
                 print(f"dlprof: {note}", file=sys.stderr)
+            if self._saver.failures:
+                self._note_unfinished(self._saver.failures)
             self._collectors.after_conversions()
             self.manifest.saving = self._saving_summary()
             if children["children"] or children["not_followed"]:
@@ -380,8 +397,9 @@ class Session:
             self.manifest.exit_code = exit_code
             if error is not None and self.manifest.status is not RunStatus.COMPLETE:
                 self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
-            self._write_manifest()
+            self._write_last_manifest()
         finally:
+            self._lock.release()
             self._restore_signal_handler()
         return self.manifest
 
@@ -419,6 +437,7 @@ class Session:
         self._previous_step_start = self._step_start
         self._step_start = time.perf_counter_ns()
 
+    @stops_recording_on_failure
     def _save(self, within_step: bool = False) -> None:
         """Save what was recorded since the last save; ``within_step``: the step goes on."""
         self._save_clock.begin_save()
@@ -453,6 +472,7 @@ class Session:
 
     def _drop_parent_state(self) -> None:
         """In a forked child: the collectors' threads and profilers stayed with the parent."""
+        self._lock.forget()
         self._collectors.forget()
         self._saver.forget()
         self.counter_reader = None
@@ -476,6 +496,62 @@ class Session:
         if throttled:
             summary["throttled"] = throttled
         return summary
+
+    def _started_late(self) -> None:
+        """Collectors started with their framework's import: what the import took is the
+        program's, and the manifest says at once that they are active (a run killed later reads
+        as having recorded them)."""
+        self._save_clock.restart()
+        try:
+            self._write_manifest()
+        except OSError:
+            pass  # inside the program's import: the next save meets the same disk and says so
+
+    def stop_recording(self, failure: BaseException) -> None:
+        """dlprof failed while the program runs (a save found the disk full): say so in one line,
+        stop every collector and record nothing more; the program goes on, and the run keeps
+        what was saved and says why it holds no more (``Manifest.degraded``)."""
+        if self.recording_stopped:
+            return
+        self.recording_stopped = True
+        reason = degraded_reason(failure, self.step_number)
+        self.manifest.degraded.append(reason)
+        print(f"dlprof: {reason}; the program goes on, and {printable(self.run_dir)} keeps what was "
+              "saved before", file=sys.stderr)
+        self._lock.free_reserve()  # room for the manifest that says why
+        if self._stopping:
+            return  # stop() goes on: it has stopped the collectors and writes the manifest
+        self.action = Action.NONE
+        if self._context is not None:
+            self._context.action = Action.NONE
+        self.slices.closed = True  # regions and layers record nothing more
+        self._mid_step.stop()
+        self._collectors.stop(quiet=True)  # the profilers hold no more events in memory
+        self._collectors.forget()
+        try:
+            self._write_manifest()
+        except OSError:
+            pass  # written at the end, once more
+
+    def _note_unfinished(self, failures: list[str]) -> None:
+        """Saves that could not be made final (their chunks are read as they are)."""
+        reason = (f"{len(failures)} save(s) could not be made final ({failures[0]}); their chunks are "
+                  "read as they are, and `dlprof finish` tries again")
+        self.manifest.degraded.append(reason)
+        print(f"dlprof: {printable(reason)}", file=sys.stderr)
+
+    def _write_last_manifest(self) -> None:
+        """The final manifest; on a full disk, in the room the lock kept, else said in one line."""
+        try:
+            self._write_manifest()
+            return
+        except OSError:
+            self._lock.free_reserve()
+        try:
+            self._write_manifest()
+        except OSError as failure:
+            print(f"dlprof: the run's manifest could not be written ({printable(os_error_text(failure))}); "
+                  f"{printable(self.run_dir)} reads as killed", file=sys.stderr)
 
     def _write_manifest(self) -> None:
         """run.json; in a job of several ranks, this rank's own too (rank 0 also writes run.json)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from dlprof.engine.rows import Rows
 from dlprof.keys import StoreTable
-from dlprof.store.integrity import files_problem
+from dlprof.store.integrity import files_problem, framing_problem
 from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, Manifest, degraded_line
 from dlprof.store.reader import Run, RunError, load
@@ -121,6 +121,8 @@ def event_count(run: Run) -> int | None:
         for rank_dir in table_dir.glob("rank=*"):
             found = rank_files(rank_dir)
             files = found.parts + found.loose_chunks
+            if any(framing_problem(f) is not None for f in files):
+                return None  # not Parquet (a FIFO would wait for a writer for ever)
             try:
                 total += sum(pq.read_metadata(f).num_rows for f in files)
             except (OSError, pa.ArrowInvalid):

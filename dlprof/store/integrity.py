@@ -11,6 +11,11 @@ worse, answering with empty or wrong figures::
 Columns a file lacks are allowed (a run written before a column existed reads with it null),
 except those every version of the store wrote (:data:`REQUIRED_COLUMNS`).
 
+Nothing in a run may lead outside it (:func:`outside_problem`): dlprof makes no links, so a link
+to a place elsewhere (``slices`` pointing at another run, a part at ``/etc/shadow``) is damage,
+refused before a table is read or a save made final, so that a run copied or crafted reads and
+writes only itself.
+
 :func:`framing_problem` is the check that needs no Arrow (``dlprof ls`` loads none): a Parquet
 file starts and ends with ``PAR1`` and states its footer's length before the last, so a file
 truncated, emptied or overwritten shows without parsing anything.
@@ -18,12 +23,14 @@ truncated, emptied or overwritten shows without parsing anything.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from dlprof.keys import StoreTable
 from dlprof.store.layout import CHUNK_GLOB, PART_GLOB
+from dlprof.store.safe_files import not_a_file
 
 RANK_PREFIX = "rank="
 _MAGIC = b"PAR1"
@@ -74,6 +81,11 @@ def framing_problem(path: Path) -> str | None:
     Returns:
         What is wrong in words (truncated, not Parquet), or None when the framing is sound.
     """
+    what = not_a_file(path)
+    if what == "no such file":
+        return None  # a chunk made final and removed since the partition was listed
+    if what is not None:  # a FIFO would wait for a writer forever
+        return f"{what}, not a Parquet file"
     try:
         with path.open("rb") as file:
             head = file.read(len(_MAGIC))
@@ -94,8 +106,37 @@ def framing_problem(path: Path) -> str | None:
     return None
 
 
+def outside_problem(run_dir: Path) -> str | None:
+    """The first entry of a run that is a link leading outside the run, in words.
+
+    Args:
+        run_dir: the run directory (itself reached through a link or not).
+
+    Returns:
+        One line naming the entry (relative to the run directory), or None when every link in
+        the run (dlprof makes none) stays inside it.
+    """
+    try:
+        root = run_dir.resolve()
+    except (OSError, RuntimeError) as error:
+        return f"cannot be resolved ({error})"
+    for directory, subdirectories, files in os.walk(run_dir, onerror=None):
+        for name in [*subdirectories, *files]:
+            entry = Path(directory) / name
+            if not entry.is_symlink():
+                continue  # os.walk does not enter links, so what it walks is inside
+            try:
+                inside = entry.resolve().is_relative_to(root)
+            except (OSError, RuntimeError):  # a loop of links
+                inside = False
+            if not inside:
+                return f"{entry.relative_to(run_dir)}: a link to a place outside the run"
+    return None
+
+
 def files_problem(run_dir: Path) -> str | None:
-    """The first badly named partition or badly framed file of a run, without Arrow.
+    """The first badly named partition or badly framed file of a run, or a link out of it,
+    without Arrow.
 
     Args:
         run_dir: the run directory.
@@ -103,6 +144,9 @@ def files_problem(run_dir: Path) -> str | None:
     Returns:
         One line naming the partition or file (relative to the run directory), or None.
     """
+    outside = outside_problem(run_dir)
+    if outside is not None:
+        return outside
     for table in StoreTable:
         problem = partition_problem(run_dir, table)
         if problem is not None:
@@ -162,7 +206,11 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
 
 
 def run_problem(run_dir: Path) -> str | None:
-    """The first problem of any table of a run (see :func:`table_problem`), or None."""
+    """The first link out of a run (:func:`outside_problem`) or problem of any of its tables
+    (see :func:`table_problem`), or None."""
+    outside = outside_problem(run_dir)
+    if outside is not None:
+        return outside
     for table in StoreTable:
         problem = table_problem(run_dir, table)
         if problem is not None:

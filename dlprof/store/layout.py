@@ -57,11 +57,17 @@ def rank_files(directory: Path) -> RankFiles:
     parts = sorted(directory.glob(PART_GLOB))
     if not chunks or not parts:
         return RankFiles(parts, chunks)
-    import pyarrow.parquet as pq  # only here: listing a partition needs no Arrow
+    import pyarrow as pa  # only here: listing a partition needs no Arrow
+    import pyarrow.parquet as pq
 
     replaced: set[str] = set()
     for part in parts:
-        metadata = pq.read_schema(part).metadata or {}
+        if not part.is_file():
+            continue  # a FIFO or a directory under a part's name: damage, which readers report
+        try:
+            metadata = pq.read_schema(part).metadata or {}
+        except (OSError, pa.ArrowInvalid):
+            continue  # a damaged part replaces nothing; readers name it (store.integrity)
         replaced.update(metadata.get(SOURCES_KEY.encode(), b"").decode().split(","))
     return RankFiles(
         parts,

@@ -19,7 +19,7 @@ import psutil
 
 from dlprof.keys import RunStatus
 from dlprof.store.json_types import check_fields
-from dlprof.store.safe_files import write_text
+from dlprof.store.safe_files import read_regular, write_text
 from dlprof.store.version import SCHEMA_VERSION
 
 MANIFEST_NAME = "run.json"
@@ -172,12 +172,17 @@ class Manifest:
 
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:
-        return cls.from_dict(json.loads((run_dir / MANIFEST_NAME).read_text()))
+        """``run.json`` of a run (never through a link, nor from a FIFO or a device).
+
+        Raises:
+            OSError, ValueError, TypeError, KeyError: it cannot be read as a manifest.
+        """
+        return cls.from_dict(json.loads(read_regular(run_dir / MANIFEST_NAME)))
 
     @classmethod
     def read_rank(cls, run_dir: Path, rank: int) -> Manifest:
         """One rank's own manifest in a run of several ranks."""
-        return cls.from_dict(json.loads(rank_manifest_path(run_dir, rank).read_text()))
+        return cls.from_dict(json.loads(read_regular(rank_manifest_path(run_dir, rank))))
 
 
 def rank_manifest_path(run_dir: Path, rank: int) -> Path:

@@ -7,15 +7,18 @@ run must be missing or empty; an old run there is replaced only when the caller 
     prepare_run_dir(Path("runs/base"), force=False)   # RunExistsError if runs/base holds a run
 
 A directory that holds other files is never emptied, whatever ``force`` says: dlprof deletes
-only what it recognises as its own.
+only what it recognises as its own; nor is a run that a live process is writing
+(:mod:`dlprof.store.writer_lock`).
 """
 
 from __future__ import annotations
 
 import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 
 from dlprof.store.manifest import MANIFEST_NAME, RANK_MANIFESTS
+from dlprof.store.writer_lock import LOCK_GLOB, in_use
 
 
 class RunExistsError(FileExistsError):
@@ -36,8 +39,8 @@ def prepare_run_dir(path: Path, force: bool, force_hint: str = "--force") -> Non
         force_hint: how the caller passes ``force`` (``--force``, ``force=True``), for the message.
 
     Raises:
-        RunExistsError: ``path`` is a file or a link, holds a run and ``force`` is false, or
-            holds files that are not a run.
+        RunExistsError: ``path`` is a file or a link, holds a run and ``force`` is false, holds
+            a run a live process is writing, or holds files that are not a run.
     """
     if path.is_symlink():
         raise RunExistsError(f"{path}: a symbolic link; name the run directory itself")
@@ -45,8 +48,12 @@ def prepare_run_dir(path: Path, force: bool, force_hint: str = "--force") -> Non
         return
     if not path.is_dir():
         raise RunExistsError(f"{path}: a file, not a directory; choose another run directory")
-    if not any(path.iterdir()):
-        return
+    writer = in_use(path)
+    if writer is not None:  # even with force: a run being written is never removed under its writer
+        raise RunExistsError(f"{path}: in use: {writer} is writing a run there; wait for it to end, "
+                             "or choose another run directory")
+    if not any(entry for entry in path.iterdir() if not fnmatch(entry.name, LOCK_GLOB)):
+        return  # empty, or a lock file a killed writer left before writing anything
     if not holds_run(path):
         raise RunExistsError(f"{path}: not empty and not a dlprof run; choose another run directory")
     if not force:

@@ -26,6 +26,7 @@ from dlprof.store.job import combine, rank_status
 from dlprof.store.layout import rank_files
 from dlprof.store.manifest import MANIFEST_NAME, RANK0_CLOCK, Manifest, read_rank_manifests
 from dlprof.store.processes import alive
+from dlprof.store.safe_files import not_a_file
 from dlprof.store.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -230,8 +231,9 @@ def load(path: str | os.PathLike[str], engine: EngineKind | str | None = None) -
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
-        what = "a file, not a run directory" if run_dir.exists() else "no such run directory"
-        raise RunError(f"{run_dir}: {what}")
+        what = not_a_file(run_dir)
+        raise RunError(f"{run_dir}: {'a file' if what is None else what}, not a run directory"
+                       if run_dir.exists() else f"{run_dir}: no such run directory")
     try:
         ranks = read_rank_manifests(run_dir)
     except (OSError, ValueError, TypeError, KeyError) as error:

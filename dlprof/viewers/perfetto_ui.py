@@ -7,7 +7,9 @@ The UI runs in the browser and fetches the trace from a tiny HTTP server on this
 The server binds 127.0.0.1 only (never 0.0.0.0: the trace would be readable from the network)
 on port 9001, the one port the UI's content security policy lets it fetch from. It serves
 exactly one file name; every other request target gets 404, so no path from a URL ever reaches
-the file system. ``Access-Control-Allow-Origin`` names the UI's origin, so that no other web page
+the file system. The file is opened once, when the server starts, never through a link and only
+if it is a regular file, and every request is answered from that open file: a link planted (or
+the file swapped) after the check serves nothing else. ``Access-Control-Allow-Origin`` names the UI's origin, so that no other web page
 open in the browser may read the trace, and a ``Host`` other than the loopback address is
 refused, so that a page cannot reach the server through a DNS name rebound to 127.0.0.1.
 """
@@ -15,7 +17,8 @@ refused, so that a page cannot reach the server through a DNS name rebound to 12
 from __future__ import annotations
 
 import errno
-import shutil
+import os
+import stat
 import sys
 import threading
 import time
@@ -25,7 +28,7 @@ from enum import IntEnum
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
 HOST = "127.0.0.1"
@@ -39,6 +42,10 @@ _COPY_BUFFER = 1 << 20
 
 class PortBusyError(OSError):
     """The port is taken; the message is one line a person can act on."""
+
+
+class NotServedError(OSError):
+    """The file to serve is a link or not a regular file; ``strerror`` says which."""
 
 
 class ServeResult(IntEnum):
@@ -75,19 +82,26 @@ class TraceServer(ThreadingHTTPServer):
             port: the port on 127.0.0.1.
 
         Raises:
+            NotServedError: ``path`` is a symbolic link, or not a regular file.
             PortBusyError: something already listens on the port.
             OSError: the address cannot be bound for another reason.
         """
         self.trace_path = Path(path)
+        self.trace_file = _open_regular(self.trace_path)
         self.fetched = threading.Event()
         # Downloads the client cut short (a tab closed, a reload): said once, then only counted.
         self.dropped = 0
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as error:
+            self.trace_file.close()
             if error.errno == errno.EADDRINUSE:
                 raise PortBusyError(errno.EADDRINUSE, _busy_message(port)) from None
             raise
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.trace_file.close()
 
     @property
     def port(self) -> int:
@@ -140,8 +154,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # the name http.server dispatches to
         if self._send_headers():
-            with self.server.trace_path.open("rb") as source:
-                shutil.copyfileobj(source, self.wfile, _COPY_BUFFER)
+            descriptor, at = self.server.trace_file.fileno(), 0
+            while block := os.pread(descriptor, _COPY_BUFFER, at):  # the file opened at start
+                self.wfile.write(block)
+                at += len(block)
             self.wfile.flush()
             # Only now: a download cut short (BrokenPipe) raises above and never counts.
             self.server.fetched.set()
@@ -172,8 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_found()
             return False
         try:
-            size = self.server.trace_path.stat().st_size
-        except OSError:
+            size = os.fstat(self.server.trace_file.fileno()).st_size
+        except (OSError, ValueError):
             self._not_found()
             return False
         self.send_response(HTTPStatus.OK)
@@ -216,6 +232,21 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the command prints what matters, not an access log."""
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, never through a link, and only if it is a regular file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise NotServedError(errno.ELOOP, "a symbolic link; only the run's own file is served",
+                                 str(path)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise NotServedError(errno.EINVAL, "not a regular file; only the run's own file is served", str(path))
+    return os.fdopen(descriptor, "rb")
+
+
 def serve_once(
     path: Path,
     port: int = PERFETTO_PORT,
@@ -238,6 +269,7 @@ def serve_once(
         FETCHED after the first complete GET of the file, TIMED_OUT, or INTERRUPTED on Ctrl-C.
 
     Raises:
+        NotServedError: ``path`` is a link or not a regular file.
         PortBusyError: something already listens on the port.
         OSError: the address cannot be bound for another reason.
     """

@@ -8,11 +8,10 @@ Width: ``$COLUMNS`` when it is set (also when the output is piped, so ``COLUMNS=
 or a file: a table written to a file reads as it would in a default terminal, and ``--wide``
 (:func:`set_wide`) lifts the limit for whoever wants every column and whole names.
 
-Safety: names, categories and paths come from the profiled program and from imported traces,
-so they may hold terminal escapes (``ESC]0;...BEL`` sets the window title, ``ESC]52;c;...``
-writes the clipboard, ``ESC[2J`` clears the screen). Every viewer passes text that reaches the
-terminal through :func:`printable`, which shows each control character (C0, DEL, C1) as a
-visible symbol of the same width. CSV and JSON keep the true names.
+Safety: names, categories and paths come from the profiled program, from imported traces and
+from run directories anyone can edit. Every viewer, table, error and success line passes text
+that reaches the terminal through :func:`printable` (:mod:`dlprof.text`'s, here for the viewers;
+the recording path, below the viewers, imports it from there). CSV and JSON keep the true names.
 """
 
 from __future__ import annotations
@@ -22,16 +21,12 @@ import os
 import textwrap
 from typing import TextIO
 
+from dlprof.text import printable
+
+__all__ = ["PIPED_WIDTH", "printable", "set_wide", "table_width", "wrapped"]
+
 # The width of a table written to a pipe or a file when $COLUMNS is not set.
 PIPED_WIDTH = 80
-
-# C0 controls show as Unicode's control pictures (ESC as ␛, BEL as ␇, newline as ␊), DEL as
-# ␡; C1 controls (0x80-0x9F, which some terminals obey as ESC sequences) have no pictures and
-# show as the replacement character. One character each: a table's columns stay aligned.
-_VISIBLE = {code: chr(0x2400 + code) for code in range(0x20)}
-_VISIBLE[0x7F] = "\u2421"
-_VISIBLE.update({code: "\ufffd" for code in range(0x80, 0xA0)})
-
 
 class _Layout:
     """Whether tables are shown whole (``--wide``) for the command being run."""
@@ -85,15 +80,3 @@ def wrapped(text: str, stream: TextIO, indent: str = "") -> str:
     width = table_width(stream)
     line = printable(text)
     return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent)) if width else line
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character replaced by a visible symbol of the same width.
-
-    Args:
-        text: a name, category, path or any text that came from data.
-
-    Returns:
-        The text, safe to write to a terminal: no escape sequence in it can act.
-    """
-    return text.translate(_VISIBLE)

@@ -103,8 +103,15 @@ def test_report_refuses_to_write_through_a_symlink(tmp_path: Path, capsys: pytes
     victim.write_text("keep me")
     (run / "report.html").symlink_to(victim)
     assert main(["report", str(run)]) == 2
-    assert "symbolic link" in one_error_line(capsys)
+    assert "report.html: a link to a place outside the run" in one_error_line(capsys), "the run is damaged"
     assert victim.read_text() == "keep me"
+    inside = run / "precious.txt"  # a link that stays in the run is no damage, and still not written through
+    inside.write_text("keep me")
+    (run / "report.html").unlink()
+    (run / "report.html").symlink_to(inside)
+    assert main(["report", str(run)]) == 2
+    assert "symbolic link" in one_error_line(capsys)
+    assert inside.read_text() == "keep me"
 
 
 def test_export_refuses_to_write_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -96,6 +96,29 @@ def test_a_run_without_slices_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / TRACE_NAME).exists()
 
 
+def test_a_trace_that_is_a_link_is_never_served(run: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the run")
+    (run / TRACE_NAME).symlink_to(secret)
+    os.utime(run / TRACE_NAME, follow_symlinks=True)  # newer than the run: once served as it was
+    assert main(["view", str(run), "--no-browser", "--port", "0", "--timeout", "0.3"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{run / TRACE_NAME}: a symbolic link" in captured.err
+    assert (run / TRACE_NAME).is_symlink() and secret.read_text() == "outside the run"
+
+
+def test_a_trace_that_is_a_directory_or_a_fifo_is_one_line(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run / TRACE_NAME).mkdir()
+    assert main(["view", str(run), "--no-browser", "--port", "0", "--timeout", "0.3"]) == 2
+    assert "a directory; dlprof view serves the run's own trace file only" in capsys.readouterr().err
+    (run / TRACE_NAME).rmdir()
+    os.mkfifo(run / TRACE_NAME)
+    assert main(["view", str(run), "--no-browser", "--port", "0", "--timeout", "0.3"]) == 2
+    assert "a FIFO (named pipe)" in capsys.readouterr().err
+
+
 def test_ctrl_c_stops_it_cleanly(run: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "dlprof", "view", str(run), "--no-browser", "--port", "0"],

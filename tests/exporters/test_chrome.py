@@ -18,6 +18,7 @@ from dlprof.importers.kineto import KinetoOptions, convert_trace, read_trace
 from dlprof.keys import RunStatus, StoreTable
 from dlprof.store.manifest import Manifest
 from dlprof.store.reader import Run
+from dlprof.store.safe_files import SymlinkTargetError
 from dlprof.store.writer import RankWriter
 from tests.builders import counted_run
 from tests.references import EXPECTED_CATEGORY, expected_rates
@@ -244,6 +245,17 @@ def test_one_file_per_rank_on_one_time_base(two_rank_run: Path, tmp_path: Path) 
         assert int(found.group(1)) == rank
         assert len(slice_events(trace)) == int((run.slices["rank"] == rank).sum())
     assert traces[0]["baseTimeNanoseconds"] == traces[1]["baseTimeNanoseconds"]
+
+
+def test_a_rank_refused_leaves_no_other_ranks_file(two_rank_run: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "job.rank1.json").symlink_to(victim)
+    with pytest.raises(SymlinkTargetError):
+        ChromeExporter().export(dlprof.load(two_rank_run), tmp_path / "job.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.rank1.json", "victim.txt"], \
+        "rank 0's file is not written when rank 1's is refused, and no temporary is left"
+    assert victim.read_text() == "keep me"
 
 
 def test_a_foreign_traces_extra_arguments_are_kept(tmp_path: Path) -> None:

@@ -525,6 +525,17 @@ def test_replaces_an_earlier_export_but_nothing_else(cupti_run: Path, gpu_run: P
     assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob("*.old"))
 
 
+def test_an_earlier_export_is_moved_aside_under_a_name_of_its_own(cupti_run: Path, gpu_run: Path,
+                                                                   tmp_path: Path) -> None:
+    out = tmp_path / "prof.tau"
+    (tmp_path / "prof.tau.old").mkdir()
+    (tmp_path / "prof.tau.old" / "keep.txt").write_text("the user's")
+    export(cupti_run, out)
+    export(gpu_run, out)
+    assert (tmp_path / "prof.tau.old" / "keep.txt").read_text() == "the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prof.tau", "prof.tau.old"]
+
+
 def test_command_line_and_registry(cnn_run: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert exporter_for_format("tau") is TauExporter

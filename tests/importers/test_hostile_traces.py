@@ -2,12 +2,16 @@
 
 Each case has its documented outcome (README, "Damaged traces"): a wrong file-level field refuses
 the file with one line and exit 2, and leaves no run; a damaged event is dropped and counted per
-reason in the manifest, the import's output and ``dlprof info``; values read leniently are kept.
+reason in the manifest, the import's output and ``dlprof info``; values read leniently are kept;
+an event whose JSON is broken costs that event alone (bare quotes in Kineto's field-per-line
+names are mended); times implausibly far from the rest of the trace are dropped and counted.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +20,7 @@ import pytest
 import dlprof
 from dlprof.cli.main import main
 from dlprof.keys import RunStatus, StoreTable
+from dlprof.store.manifest import dropped_text
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile-traces"
 
@@ -35,6 +40,7 @@ REFUSED = {
     "trace-events-number": "traceEvents is not an array",
     "every-event-without-phase": "nothing to import (its 2 events dropped as damaged: ph missing or not a string: 2)",
     "empty-event-list": "an empty trace (no events)",
+    "trailing-data": "trailing data after the JSON document",
 }
 # Imported with the damaged events dropped: the counts per reason. Every file holds one sound op,
 # aten::mm, which must be kept.
@@ -67,10 +73,22 @@ DROPPED = {
     "clock-marker-without-ts": {"ts_missing_or_not_a_number": 1},
     # "util": 1e400 and "label": "busy" left out; "memory": 12 kept
     "counter-values-not-finite": {"counter_value_not_a_finite_number": 2},
+    # the JSON of one event broken: it alone is dropped, the rest read
+    "event-not-json": {"invalid_json": 1},
+    "name-invalid-utf8": {"invalid_json": 1},
 }
+# Among sound ops (every kept one aten::mm), ops whose start or end lies implausibly far from the
+# others': what is dropped, and how many ops are kept.
+FAR = {
+    "ts-far-from-the-others": ({"ts_implausible": 1}, 3),  # "ts": 0.5 among times of 2023
+    "durations-summing-past-int64": ({"dur_implausible": 8}, 3),  # eight of 3e18 ns each
+}
+# Imported whole once mended: the names as the program gave them.
+MENDED = {"name-with-bare-quotes": ["aten::mm", 'say "hi" twice']}
 # Imported whole: values read leniently (a null category is none; a pid past int64 or a tid that
 # is a list numbered as a name is; arguments of the wrong type read as absent).
-KEPT = ("category-null", "pid-2-to-the-64-and-tid-list", "arg-values-of-the-wrong-type")
+KEPT = ("category-null", "pid-2-to-the-64-and-tid-list", "arg-values-of-the-wrong-type", "shapes-huge-integer",
+        "utf8-byte-order-mark")
 
 
 def import_case(name: str, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -82,7 +100,7 @@ def import_case(name: str, out: Path, capsys: pytest.CaptureFixture[str]) -> tup
 
 def test_every_case_has_its_outcome() -> None:
     cases = {path.stem for path in HOSTILE.glob("*.json")}
-    assert cases == set(REFUSED) | set(DROPPED) | set(KEPT)
+    assert cases == set(REFUSED) | set(DROPPED) | set(KEPT) | set(FAR) | set(MENDED)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -134,6 +152,48 @@ def test_wrong_arguments_read_as_absent(tmp_path: Path, capsys: pytest.CaptureFi
     assert import_case("arg-values-of-the-wrong-type", tmp_path / "run", capsys)[0] == 0
     added = dlprof.load(tmp_path / "run").slices.set_index("name").loc["aten::add"]
     assert all(pd.isna(added[column]) for column in ("flops", "correlation_id", "external_id"))
+
+
+def test_flops_past_int64_from_huge_shapes_read_as_absent(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert import_case("shapes-huge-integer", tmp_path / "run", capsys)[0] == 0
+    added = dlprof.load(tmp_path / "run").slices.set_index("name").loc["aten::add"]
+    assert pd.isna(added["flops"]) and "1000000000000000000000000000000" in added["input_shapes"]
+
+
+@pytest.mark.parametrize("name", sorted(FAR))
+def test_times_far_from_the_others_are_dropped_and_counted(name: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    expected, kept = FAR[name]
+    status, out, err = import_case(name, tmp_path / "run", capsys)
+    assert status == 0 and err == "" and f"dropped as damaged: {dropped_text(expected)}" in out
+    run = dlprof.load(tmp_path / "run")
+    assert run.manifest.dropped == expected
+    assert list(run.slices["name"]) == ["aten::mm"] * kept
+    assert run.manifest.start_ns // 10**9 == 1_700_000_000, "the run starts with its ops, not in 1970"
+    assert main(["top", str(tmp_path / "run")]) == 0, "the sums of what is kept fit"
+
+
+def test_a_name_with_bare_quotes_is_mended_not_lost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = import_case("name-with-bare-quotes", tmp_path / "run", capsys)
+    assert status == 0 and err == "" and "dropped" not in out
+    run = dlprof.load(tmp_path / "run")
+    assert sorted(run.slices["name"]) == MENDED["name-with-bare-quotes"]
+    assert run.manifest.dropped == {}
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda path: path.mkdir(), "a directory, not a trace file"),
+    (lambda path: os.mkfifo(path), "a FIFO (named pipe), not a trace file"),
+])
+def test_what_is_not_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     make: Callable[[Path], None], words: str) -> None:
+    path = tmp_path / "trace.json"
+    make(path)
+    assert main(["import", "-o", str(tmp_path / "run"), str(path)]) == 2
+    assert capsys.readouterr().err == f"dlprof: error: {path}: {words}\n"
+    assert main(["import", "-o", str(tmp_path / "run"), "/dev/zero"]) == 2
+    assert capsys.readouterr().err == "dlprof: error: /dev/zero: a character device, not a trace file\n"
 
 
 def test_a_file_that_fails_after_another_was_written_leaves_no_run(

@@ -14,6 +14,7 @@ import pytest
 from dlprof.viewers.perfetto_ui import (
     HOST,
     UI_ORIGIN,
+    NotServedError,
     PortBusyError,
     ServeResult,
     TraceServer,
@@ -217,3 +218,20 @@ def test_a_client_dropping_mid_download_is_one_quiet_line(
     assert "Traceback" not in err and "ConnectionResetError" not in err
     assert err.strip().splitlines() == [
         "dlprof: a download of big.perfetto-trace was cut short by the client; still serving"]
+
+
+def test_a_link_is_never_served(tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("not to be served")
+    link = tmp_path / "trace.perfetto-trace"
+    link.symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(NotServedError, match="symbolic link"):
+        TraceServer(link, port=0)
+    with pytest.raises(NotServedError, match="not a regular file"):
+        TraceServer(tmp_path, port=0)
+
+
+def test_the_file_opened_at_start_is_served_whatever_replaces_its_name(server: TraceServer, trace: Path) -> None:
+    trace.unlink()
+    trace.symlink_to(trace.parent / "secret.txt")  # planted once the server checked the file
+    status, _, body = request(server.port, "GET", "/trace.perfetto-trace")
+    assert status == 200 and body == PAYLOAD
