@@ -11,9 +11,10 @@ worse, answering with empty or wrong figures::
 Columns a file lacks are allowed (a run written before a column existed reads with it null),
 except those every version of the store wrote (:data:`REQUIRED_COLUMNS`).
 
-:func:`framing_problem` is the check that needs no Arrow (``dlprof ls`` loads none): a Parquet
+:func:`framing_problem` is the check that needs no library at all (``dlprof ls`` loads none): a Parquet
 file starts and ends with ``PAR1`` and states its footer's length before the last, so a file
-truncated, emptied or overwritten shows without parsing anything.
+truncated, emptied or overwritten shows without parsing anything. The footers are read with
+DuckDB, which a reading command loads anyway, so checking a run loads no Arrow.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from dlprof.engine.sources import STORE_COLUMNS
 from dlprof.keys import StoreTable
 from dlprof.store.layout import CHUNK_GLOB, PART_GLOB
 
@@ -131,33 +133,24 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
     problem = partition_problem(run_dir, table)
     if problem is not None:
         return problem
-    import pyarrow as pa  # only here: listing and loading a run need no Arrow
-    import pyarrow.parquet as pq
-
-    from dlprof.store.schema import SCHEMAS
-
-    expected = SCHEMAS[table]
+    expected = {name: _sql_family(kind) for name, kind in STORE_COLUMNS[table]}
     for path in _files(run_dir, table):
         where = path.relative_to(run_dir)
         framing = framing_problem(path)
         if framing is not None:
             return f"{where}: {framing}"
         try:
-            schema = pq.read_schema(path)
+            columns = _footer_columns(path)
         except FileNotFoundError:
             continue  # a chunk made final and removed since the partition was listed
-        except (pa.ArrowInvalid, OSError) as error:
-            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-            return f"{where}: damaged Parquet file ({detail})"
-        missing = [name for name in REQUIRED_COLUMNS[table] if name not in schema.names]
+        except ValueError as error:
+            return f"{where}: damaged Parquet file ({error})"
+        missing = [name for name in REQUIRED_COLUMNS[table] if name not in columns]
         if missing:
             return f"{where}: no column {', '.join(repr(name) for name in missing)}"
-        for field in schema:
-            if field.name in expected.names:
-                want = _family(expected.field(field.name).type)
-                have = _family(field.type)
-                if have != want:
-                    return f"{where}: column '{field.name}' is {field.type}, not {want}"
+        for name, (type_name, have) in columns.items():
+            if name in expected and have != expected[name]:
+                return f"{where}: column '{name}' is {type_name}, not {expected[name]}"
     return None
 
 
@@ -182,17 +175,42 @@ def _files(run_dir: Path, table: StoreTable) -> Iterator[Path]:
             yield from sorted(directory.glob(CHUNK_GLOB))
 
 
-def _family(arrow_type: object) -> str:
-    """The kind of values a column holds, as the engines' casts see them."""
-    import pyarrow as pa
+# Parquet's physical and converted types as Arrow names them (what a user who wrote the file
+# with pandas or pyarrow knows), and the kind of values each holds.
+_INTEGER, _FLOAT, _STRING = "an integer", "a floating-point number", "a string"
+_PHYSICAL = {"INT64": ("int64", _INTEGER), "INT32": ("int32", _INTEGER), "FLOAT": ("float", _FLOAT),
+             "DOUBLE": ("double", _FLOAT), "BOOLEAN": ("bool", "bool"), "INT96": ("timestamp", "timestamp"),
+             "BYTE_ARRAY": ("binary", "binary"), "FIXED_LEN_BYTE_ARRAY": ("fixed_size_binary", "binary")}
+_CONVERTED = {"UTF8": ("string", _STRING), "INT_8": ("int8", _INTEGER), "INT_16": ("int16", _INTEGER),
+              "UINT_8": ("uint8", _INTEGER), "UINT_16": ("uint16", _INTEGER), "UINT_32": ("uint32", _INTEGER),
+              "UINT_64": ("uint64", _INTEGER), "DATE": ("date32", "date"), "DECIMAL": ("decimal", "decimal")}
 
-    assert isinstance(arrow_type, pa.DataType)
-    if pa.types.is_dictionary(arrow_type):
-        arrow_type = arrow_type.value_type
-    if pa.types.is_integer(arrow_type):
-        return "an integer"
-    if pa.types.is_floating(arrow_type):
-        return "a floating-point number"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return "a string"
-    return str(arrow_type)
+
+def _footer_columns(path: Path) -> dict[str, tuple[str, str]]:
+    """Each column of a Parquet file's footer: its type as Arrow names it, and its kind of values.
+
+    Read by DuckDB, which every reading command loads anyway, so checking a run needs no Arrow.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+        ValueError: the footer does not read (the reader's words).
+    """
+    import duckdb
+
+    try:
+        rows = duckdb.connect().execute(
+            "SELECT name, type, converted_type FROM parquet_schema(?) WHERE num_children IS NULL",
+            [str(path)]).fetchall()
+    except duckdb.Error as error:
+        if not path.exists():
+            raise FileNotFoundError(path) from None
+        raise ValueError(str(error).splitlines()[0].removeprefix("Invalid Input Error: ")) from None
+    return {str(name): _CONVERTED.get(converted) or _PHYSICAL.get(physical) or (str(physical).lower(), "other")
+            for name, physical, converted in rows}
+
+
+def _sql_family(sql_type: str) -> str:
+    """The kind of values a column of the store holds, from its SQL type."""
+    if sql_type in ("BIGINT", "INT", "SMALLINT"):
+        return _INTEGER
+    return _FLOAT if sql_type in ("FLOAT", "DOUBLE") else _STRING
