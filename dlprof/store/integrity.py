@@ -20,7 +20,7 @@ DuckDB, which a reading command loads anyway, so checking a run loads no Arrow.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dlprof.engine.sources import STORE_COLUMNS
@@ -28,6 +28,8 @@ from dlprof.keys import StoreTable
 from dlprof.store.layout import CHUNK_GLOB, PART_GLOB
 
 RANK_PREFIX = "rank="
+# Each file's columns as its footer states them: name -> (type as Arrow names it, kind of values).
+Footers = Mapping[Path, Mapping[str, tuple[str, str]]]
 _MAGIC = b"PAR1"
 # The leading magic, and at the end the footer's length (4 bytes, little-endian) and the magic.
 _FRAMING_BYTES = 3 * len(_MAGIC)
@@ -116,7 +118,7 @@ def files_problem(run_dir: Path) -> str | None:
     return None
 
 
-def table_problem(run_dir: Path, table: StoreTable) -> str | None:
+def table_problem(run_dir: Path, table: StoreTable, footers: Footers | None = None) -> str | None:
     """What makes a table unreadable as the store's, in one line; None when nothing does.
 
     Checks partition names and, for every part and loose chunk, that its footer reads, that it
@@ -126,6 +128,7 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
     Args:
         run_dir: the run directory.
         table: which table.
+        footers: the files' columns read already (see :func:`run_problem`); others are read here.
 
     Returns:
         The first problem found, naming the file relative to the run directory, or None.
@@ -140,7 +143,7 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
         if framing is not None:
             return f"{where}: {framing}"
         try:
-            columns = _footer_columns(path)
+            columns = footers[path] if footers and path in footers else _footer_columns(path)
         except FileNotFoundError:
             continue  # a chunk made final and removed since the partition was listed
         except ValueError as error:
@@ -155,9 +158,14 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
 
 
 def run_problem(run_dir: Path) -> str | None:
-    """The first problem of any table of a run (see :func:`table_problem`), or None."""
+    """The first problem of any table of a run (see :func:`table_problem`), or None.
+
+    Every file's footer is read in one query; only if one of them does not read are they read
+    again one by one, to name it.
+    """
+    footers = _all_footers([path for table in StoreTable for path in _files(run_dir, table)])
     for table in StoreTable:
-        problem = table_problem(run_dir, table)
+        problem = table_problem(run_dir, table, footers)
         if problem is not None:
             return problem
     return None
@@ -189,7 +197,8 @@ _CONVERTED = {"UTF8": ("string", _STRING), "INT_8": ("int8", _INTEGER), "INT_16"
 def _footer_columns(path: Path) -> dict[str, tuple[str, str]]:
     """Each column of a Parquet file's footer: its type as Arrow names it, and its kind of values.
 
-    Read by DuckDB, which every reading command loads anyway, so checking a run needs no Arrow.
+    Read by DuckDB (its default connection), which every reading command loads anyway, so
+    checking a run needs no Arrow.
 
     Raises:
         FileNotFoundError: the file is gone.
@@ -198,15 +207,38 @@ def _footer_columns(path: Path) -> dict[str, tuple[str, str]]:
     import duckdb
 
     try:
-        rows = duckdb.connect().execute(
+        rows = duckdb.execute(
             "SELECT name, type, converted_type FROM parquet_schema(?) WHERE num_children IS NULL",
             [str(path)]).fetchall()
     except duckdb.Error as error:
         if not path.exists():
             raise FileNotFoundError(path) from None
         raise ValueError(str(error).splitlines()[0].removeprefix("Invalid Input Error: ")) from None
-    return {str(name): _CONVERTED.get(converted) or _PHYSICAL.get(physical) or (str(physical).lower(), "other")
-            for name, physical, converted in rows}
+    return {str(name): _type_of(physical, converted) for name, physical, converted in rows}
+
+
+def _all_footers(paths: list[Path]) -> Footers | None:
+    """The columns of every file's footer, in one query; None if any of them does not read."""
+    import duckdb
+
+    if not paths:
+        return {}
+    try:
+        rows = duckdb.execute(
+            "SELECT file_name, name, type, converted_type FROM parquet_schema(?) WHERE num_children IS NULL",
+            [[str(path) for path in paths]]).fetchall()
+    except duckdb.Error:
+        return None
+    footers: dict[Path, dict[str, tuple[str, str]]] = {path: {} for path in paths}
+    by_name = {str(path): path for path in paths}
+    for file_name, name, physical, converted in rows:
+        footers[by_name[file_name]][str(name)] = _type_of(physical, converted)
+    return footers
+
+
+def _type_of(physical: str | None, converted: str | None) -> tuple[str, str]:
+    """A column's type as Arrow names it and its kind of values, from its Parquet types."""
+    return _CONVERTED.get(str(converted)) or _PHYSICAL.get(str(physical)) or (str(physical).lower(), "other")
 
 
 def _sql_family(sql_type: str) -> str:
