@@ -106,7 +106,9 @@ _NAMED_NUMBERS = ("pid", "tid", "stream")
 _SELECT = f"""
 SELECT {_DAMAGE} AS damage, e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
        {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items())},
-       e.args.stream IS NOT NULL OR (strpos(line, '"stream"') > 0 AND json_exists(line, '$.args.stream'))
+       -- a CASE, not an OR: the line is searched only where the typed stream is null
+       CASE WHEN e.args.stream IS NOT NULL THEN true
+            WHEN strpos(line, '"stream"') > 0 THEN json_exists(line, '$.args.stream') ELSE false END
            AS has_stream,
        CASE WHEN e.name = '[memory]' THEN TRY_CAST(json_extract(line, '$.args.Bytes') AS BIGINT) END
            AS memory_bytes,
