@@ -144,12 +144,13 @@ class EventParser:
             layout: how the file lays them out.
             indent: the events' indentation, in Kineto's layout.
         """
-        for cut in (lambda: event_strings(piece, layout, indent),
-                    lambda: structural_strings(piece)):
-            lines = cut()
+        lines = event_strings(piece, layout, indent)
+        table = None if lines is None else self._query(lines)
+        if table is None:  # the layout's cut does not read (a guess was wrong): cut by structure
+            lines = structural_strings(piece)
             table = None if lines is None else self._query(lines)
-            if table is not None:
-                return table
+        if table is not None:
+            return table
         # Neither cut reads (a bare value between events, a damaged event): orjson decides.
         events = parse_events(piece)
         return None if events is None else self.table(_dumped(events))
