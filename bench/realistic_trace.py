@@ -7,13 +7,13 @@ The mix of events, their args and their nesting follow the two real GPU traces i
 data, measured with ``--measure`` (``python bench/realistic_trace.py --measure FILE...``):
 
     share of events           H200 (torch 2.11)   A100 (trace_diff)   this generator
-    cpu_op                    41.9 %              37.1 %              38.6 %
-    cuda_runtime, driver       9.4 %              22.6 %              10.5 %
-    kernel, memset, memcpy     7.4 %               8.7 %              10.0 %
-    flows (ac2g, fwdbwd)      23.7 %              31.3 %              26.7 %
-    [memory] instants         17.4 %               0.0 %              14.0 %
-    bytes per event (JSON)    304                 319                 about 300
-    op nesting depth          0-6, most 1-3       0-8, most 2-4       0-4
+    cpu_op                    41.9 %              37.1 %              37.0 %
+    cuda_runtime, driver       9.4 %              22.6 %              10.6 %
+    kernel, memset, memcpy     7.5 %               8.7 %               9.7 %
+    flows (ac2g, fwdbwd)      23.6 %              31.3 %              28.7 %
+    [memory] instants         17.4 %               0.0 %              13.9 %
+    bytes per event (JSON)    304                 319                 284 (kineto layout: 335)
+    op nesting depth          0-6, most 1-3       0-8, most 2-4       0-4, most 1-2
 
 Each op unit is the forward of a linear layer and its backward: ``aten::linear > aten::t >
 aten::transpose > aten::as_strided`` and an ``aten::addmm`` that allocates its output and calls
