@@ -69,6 +69,9 @@ def summarise(runs: list[dict[str, Any]], size: int) -> dict[str, Any]:
     best = min(r["wall_s"] for r in good)
     cpu = statistics.median(r["cpu_s"] for r in good)
     growth = [(r["peak_kib"] - r["baseline_kib"]) * 1024 for r in good]
-    return {"wall_s": wall, "best_wall_s": best, "mb_per_s": size / wall / 1e6, "best_mb_per_s": size / best / 1e6,
-            "cpu_s": cpu, "mb_per_cpu_s": size / cpu / 1e6, "peak_growth_bytes": statistics.median(growth),
-            "peak_growth_max_bytes": max(growth), "produced": good[0]["produced"], "runs": len(good)}
+    figures = {"wall_s": wall, "best_wall_s": best, "mb_per_s": size / wall / 1e6, "best_mb_per_s": size / best / 1e6,
+               "cpu_s": cpu, "mb_per_cpu_s": size / cpu / 1e6, "peak_growth_bytes": statistics.median(growth),
+               "peak_growth_max_bytes": max(growth), "produced": good[0]["produced"], "runs": len(good)}
+    if all("private_peak_kib" in r for r in good):  # whole processes: their private memory too
+        figures["private_peak_bytes"] = statistics.median(r["private_peak_kib"] * 1024 for r in good)
+    return figures

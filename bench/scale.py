@@ -2,13 +2,16 @@
 
     .venv/bin/python bench/scale.py                          # 1M and 10M events, 3 rounds
     .venv/bin/python bench/scale.py --events 1000000 --rounds 1 --commands top,gpu
+    .venv/bin/python bench/scale.py --events 250000 --events 10000000 --commands top,steps,gpu
     .venv/bin/python bench/scale.py --json scale.json
 
-Inputs: synthetic Kineto traces (``bench/synthetic_trace.py``: CPU ops, runtime calls, kernels,
-memcpy and memset, memory events, a step every 500 launch groups) imported with ``dlprof
-import``. Importing 10M events takes minutes and GBs, so the imported runs are kept in
-``--cache`` (default ``~/.cache/dlprof-bench/scale``) and made again only when the trace
-generator or the store's schema changes.
+Inputs: synthetic traces shaped as a GPU training program's (``bench/realistic_trace.py``: the
+mix of ops, launches, kernels, flows and allocations of the H200 and A100 traces in the tests'
+data, nested as torch nests them, a step every 50 linear layers), or with ``--simple`` the
+older uniform ones (``bench/synthetic_trace.py``), imported with ``dlprof import``. Importing
+10M events takes minutes and GBs, so the imported runs are kept in ``--cache`` (default
+``~/.cache/dlprof-bench/scale``) and made again only when the trace generator or the store's
+schema changes.
 
 Every measurement is a fresh process, as a user meets it: start-up, the work, printing, exit.
 The configurations run interleaved, round after round, so a machine that drifts affects them
@@ -17,10 +20,11 @@ alike. The peer is DuckDB's bare query in its own Python process::
     SELECT name, sum(dur_ns) FROM read_parquet('RUN/slices/*/*.parquet') GROUP BY 1 ORDER BY 2 DESC LIMIT 10
 
 Peak memory is that of the whole process tree (Spark's JVM included): the largest sum of the
-tree's resident sets, sampled every 5 ms, or the process's own peak (``wait4``) if larger.
-Figures: the median wall time of the rounds, its ratio to the peer's, the peak, the input's
-Parquet size and each command's memory target (2 x Parquet + 300 MB; 300 MB for top), and the
-growth from 1M to 10M events.
+tree's resident sets, sampled every 5 ms, or the process's own peak (``wait4``) if larger; CPU
+time is the process's and its children's (``getrusage(RUSAGE_CHILDREN)``). Figures: the median
+wall and CPU time of the rounds, their ratios to the peer's, the peak, the input's Parquet size
+and each command's memory target (2 x Parquet + 300 MB; 300 MB for top), the machine's load,
+and the growth from the smallest to the largest run.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,6 +49,7 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from realistic_trace import write_realistic  # noqa: E402
 from synthetic_trace import write_synthetic  # noqa: E402
 
 from dlprof.store.version import SCHEMA_VERSION  # noqa: E402
@@ -54,6 +60,7 @@ PEER_QUERY = ("SELECT name, sum(dur_ns) FROM read_parquet('{run}/slices/*/*.parq
 # The commands measured, as dlprof arguments after the run directory is filled in.
 COMMANDS: dict[str, list[str]] = {
     "top": ["top", "{run}"],
+    "steps": ["steps", "{run}"],
     "gpu": ["gpu", "{run}"],
     "tune": ["tune", "{run}"],
     # The op view: op costs (CPU time less nested ops, device time launched, bytes), the same
@@ -81,6 +88,9 @@ class Figure:
     target_mb: float
     exit_code: int
     vs_peer: float = 0.0  # median time / the peer's median time
+    cpu_seconds: float = 0.0  # median CPU time over rounds, children included
+    cpu_vs_peer: float = 0.0  # median CPU time / the peer's
+    load: float = 0.0  # the machine's load average (1 minute) over the rounds, median
 
 
 def cache_dir(argument: Path | None) -> Path:
@@ -89,26 +99,26 @@ def cache_dir(argument: Path | None) -> Path:
     return base
 
 
-def _stamp() -> str:
+def _stamp(simple: bool) -> str:
     """What an imported run depends on: the generator's source and the store's schema."""
-    source = (BENCH / "synthetic_trace.py").read_bytes()
+    source = (BENCH / ("synthetic_trace.py" if simple else "realistic_trace.py")).read_bytes()
     return f"{hashlib.sha256(source).hexdigest()[:16]}-schema{SCHEMA_VERSION}"
 
 
-def imported_run(cache: Path, events: int) -> Path:
+def imported_run(cache: Path, events: int, simple: bool = False) -> Path:
     """The run of ``events`` synthetic events, imported once and kept."""
-    run = cache / f"run-{events}"
+    run = cache / (f"run-{events}" if simple else f"realistic-run-{events}")
     stamp = run / "bench-stamp.txt"
-    if stamp.is_file() and stamp.read_text() == _stamp():
+    if stamp.is_file() and stamp.read_text() == _stamp(simple):
         return run
     shutil.rmtree(run, ignore_errors=True)
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         trace = Path(scratch) / "trace.json"
         print(f"writing a {events:,}-event trace and importing it (once; kept in {cache})", file=sys.stderr)
-        write_synthetic(trace, events)
+        (write_synthetic if simple else write_realistic)(trace, events)
         subprocess.run([*dlprof_program(), "import", "-o", str(run), str(trace)], check=True,
                        stdout=subprocess.DEVNULL)
-    stamp.write_text(_stamp())
+    stamp.write_text(_stamp(simple))
     return run
 
 
@@ -121,8 +131,10 @@ def parquet_mb(run: Path) -> float:
     return sum(p.stat().st_size for p in run.rglob("*.parquet")) / MB
 
 
-def measure(command: list[str]) -> tuple[float, float, int]:
-    """Run a command to its end: wall seconds, peak resident MB of its process tree, exit code."""
+def measure(command: list[str]) -> tuple[float, float, int, float]:
+    """Run a command to its end: wall seconds, peak resident MB of its process tree, exit code,
+    CPU seconds (its children's included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tree_peak = 0
@@ -152,7 +164,9 @@ def measure(command: list[str]) -> tuple[float, float, int]:
     sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     own_peak = usage.ru_maxrss * 1024  # kilobytes on Linux
-    return seconds, max(tree_peak, own_peak) / MB, process.returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return seconds, max(tree_peak, own_peak) / MB, process.returncode, cpu
 
 
 def peer_command(run: Path) -> list[str]:
@@ -160,14 +174,17 @@ def peer_command(run: Path) -> list[str]:
     return [sys.executable, "-c", f"import duckdb; print(duckdb.sql({query!r}).fetchall())"]
 
 
-def bench(sizes: list[int], commands: list[str], rounds: int, cache: Path, engine: str) -> list[Figure]:
+def bench(sizes: list[int], commands: list[str], rounds: int, cache: Path, engine: str,
+          simple: bool = False) -> list[Figure]:
     figures: list[Figure] = []
     environment = {**os.environ, "DLPROF_ENGINE": engine}
     os.environ.update(environment)
     for events in sizes:
-        run = imported_run(cache, events)
+        run = imported_run(cache, events, simple)
         size = parquet_mb(run)
         timings: dict[str, list[float]] = {name: [] for name in [PEER, *commands]}
+        cpu: dict[str, list[float]] = {name: [] for name in timings}
+        loads: list[float] = []
         peaks: dict[str, float] = dict.fromkeys(timings, 0.0)
         codes: dict[str, int] = dict.fromkeys(timings, 0)
         with tempfile.TemporaryDirectory() as out:
@@ -175,26 +192,32 @@ def bench(sizes: list[int], commands: list[str], rounds: int, cache: Path, engin
                 for name in [PEER, *commands]:
                     argv = peer_command(run) if name == PEER else [
                         *dlprof_program(), *(a.format(run=run, out=out) for a in COMMANDS[name])]
-                    seconds, peak, code = measure(argv)
+                    seconds, peak, code, cpu_seconds = measure(argv)
+                    loads.append(os.getloadavg()[0])
                     timings[name].append(seconds)
+                    cpu[name].append(cpu_seconds)
                     peaks[name] = max(peaks[name], peak)
                     codes[name] = code or codes[name]
                     print(f"{events:>10,} events  round {round_number + 1}/{rounds}  {name:<7} {seconds:7.2f} s "
-                          f"{peak:8.0f} MB  exit {code}", file=sys.stderr)
-        peer = statistics.median(timings[PEER])
+                          f"{cpu_seconds:6.2f} s CPU {peak:8.0f} MB  exit {code}  load {loads[-1]:.1f}",
+                          file=sys.stderr)
+        peer, peer_cpu = statistics.median(timings[PEER]), statistics.median(cpu[PEER])
         for name in [PEER, *commands]:
             target = BUDGET_MB if name == "top" else 2 * size + BUDGET_MB
-            median = statistics.median(timings[name])
-            figures.append(Figure(events, name, median, peaks[name], size, target, codes[name], median / peer))
+            median, median_cpu = statistics.median(timings[name]), statistics.median(cpu[name])
+            figures.append(Figure(events, name, median, peaks[name], size, target, codes[name], median / peer,
+                                  median_cpu, median_cpu / peer_cpu, statistics.median(loads)))
     return figures
 
 
 def report(figures: list[Figure]) -> str:
-    lines = ["| events | command | wall s (median) | / DuckDB query | peak MB (tree) | target MB | Parquet MB | exit |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| events | command | wall s (median) | / DuckDB query | CPU s (median) | / DuckDB query | "
+             "peak MB (tree) | target MB | Parquet MB | load | exit |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for f in figures:
-        lines.append(f"| {f.events:,} | {f.command} | {f.seconds:.2f} | {f.vs_peer:.1f} | {f.peak_mb:.0f} | "
-                     f"{f.target_mb:.0f} | {f.parquet_mb:.1f} | {f.exit_code} |")
+        lines.append(f"| {f.events:,} | {f.command} | {f.seconds:.2f} | {f.vs_peer:.2f} | {f.cpu_seconds:.2f} | "
+                     f"{f.cpu_vs_peer:.2f} | {f.peak_mb:.0f} | {f.target_mb:.0f} | {f.parquet_mb:.1f} | "
+                     f"{f.load:.1f} | {f.exit_code} |")
     sizes = sorted({f.events for f in figures})
     if len(sizes) > 1:
         small, large = sizes[0], sizes[-1]
@@ -216,13 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", default="duckdb", choices=["duckdb", "spark"], help="dlprof's engine")
     parser.add_argument("--cache", type=Path, default=None, help="where imported runs are kept")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--simple", action="store_true", help="the older uniform synthetic traces")
     args = parser.parse_args(argv)
     commands = [c for c in args.commands.split(",") if c]
     unknown = sorted(set(commands) - set(COMMANDS))
     if unknown:
         parser.error(f"unknown commands: {', '.join(unknown)}")
     sizes = args.events or [1_000_000, 10_000_000]
-    figures = bench(sizes, commands, args.rounds, cache_dir(args.cache), args.engine)
+    figures = bench(sizes, commands, args.rounds, cache_dir(args.cache), args.engine, args.simple)
     print(report(figures))
     if args.json:
         args.json.write_text(json.dumps([asdict(f) for f in figures], indent=1))

@@ -11,7 +11,7 @@ import click
 from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from dlprof.cli.common import UsageError, output_option, progress_bar, runs_dir, runs_dir_option
-from dlprof.importers.trace_file import TraceImportError, dropped_text, import_traces
+from dlprof.importers.lean_arrow import hand_back_freed_memory, skip_pandas_check
 from dlprof.text import printable
 
 HELP = """Import trace files into a run, so every dlprof command works on them.
@@ -44,6 +44,10 @@ def command(traces: tuple[Path, ...], output: Path | None) -> int:
     run_dir = output or runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(f"{run_dir}: already exists and is not empty; choose another -o")
+    skip_pandas_check()  # the import makes no DataFrame
+    hand_back_freed_memory()  # what a piece freed goes back, not kept for the next
+    from dlprof.importers.trace_file import TraceImportError, dropped_text, import_traces
+
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeRemainingColumn())
     with progress_bar(*columns) as bar:

@@ -46,6 +46,8 @@ from dlprof.store.safe_files import not_a_file
 # Decompressed bytes read at a time, and the size pieces are cut at: large enough that the
 # fixed cost of a piece (a query, a few hundred Arrow calls, a chunk file) vanishes.
 CHUNK_BYTES = 16 << 20
+# The smallest piece a file is cut into (see chunk_bytes_for): about 5 ms of fixed cost a piece.
+MIN_CHUNK_BYTES = 2 << 20
 # The longest event (or header) read into memory, after blank lines are squeezed out.
 MAX_EVENT_BYTES = 64 << 20
 # A buffer longer than this (and so than any piece) is squeezed of blank lines as it grows.
@@ -99,6 +101,25 @@ def open_stream(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         gzipped = file.read(2) == _GZIP_MAGIC
         file.seek(0)
         yield (cast(IO[bytes], gzip.GzipFile(fileobj=file, mode="rb")) if gzipped else file), file
+
+
+def chunk_bytes_for(path: Path) -> int:
+    """The piece size for a file: a quarter of its JSON, from 2 to 16 MB.
+
+    Converting a piece takes several times its bytes at once (its event strings, the parsed
+    columns, the rows), so a file of a few MB cut into 16 MB pieces would pay that for the whole
+    file; four pieces or more keep it to a fraction. The JSON's size is the file's, or for gzip
+    the size its trailer states (modulo 4 GiB: a hint, never trusted further).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        if file.read(2) == _GZIP_MAGIC and size >= 18:
+            file.seek(-4, io.SEEK_END)
+            size = max(size, int.from_bytes(file.read(4), "little"))
+    return min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, size // 4))
 
 
 class TraceFormatError(ValueError):

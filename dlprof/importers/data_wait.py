@@ -32,7 +32,7 @@ TF_GET_NEXT_RANGE = "IteratorGetNextOp::DoCompute"
 
 # Kinds a waiting range may come as: torch writes its range as a user annotation (an op in old
 # Kineto traces), TensorFlow's are ops or TraceMe ranges.
-_WAITING_KINDS = pa.array([str(Kind.USER_ANNOTATION), str(Kind.OP)], pa.string())
+_WAITING_KINDS = (str(Kind.USER_ANNOTATION), str(Kind.OP))
 
 
 def is_tf_data_wait(name: str, op_type: str | None) -> bool:
@@ -64,5 +64,5 @@ def data_wait_kinds(kind: pa.Array, name: pa.Array) -> pa.Array:
         pc.or_(pc.is_in(name, pa.array(sorted(TF_GET_NEXT_TYPES), pa.string())),
                pc.equal(name, TF_GET_NEXT_RANGE)),
     )
-    waiting = pc.and_(waiting, pc.is_in(kind, _WAITING_KINDS))
+    waiting = pc.and_(waiting, pc.is_in(kind, pa.array(_WAITING_KINDS, pa.string())))
     return pc.if_else(waiting, str(Kind.DATA_WAIT), kind)

@@ -24,7 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.importers.chunked_json import ChunkedTrace, gc_paused, open_stream
+from dlprof.importers.chunked_json import ChunkedTrace, chunk_bytes_for, gc_paused, open_stream
 from dlprof.importers.damage import Damage
 from dlprof.importers.kineto_events import EventParser, events_from_dicts
 from dlprof.importers.kineto_rows import (
@@ -126,7 +126,7 @@ def convert_file(path: Path, options: KinetoOptions) -> KinetoTables:
     """
     parser = EventParser()
     with open_stream(path) as (stream, _):
-        trace = ChunkedTrace(stream)
+        trace = ChunkedTrace(stream, chunk_bytes_for(path))
         pieces = list(trace.pieces(lambda piece: parser(piece, trace.layout, trace.indent)))
     events = pa.concat_tables(pieces) if pieces else parser.table(b"")
     assert events is not None

@@ -9,12 +9,12 @@ made per event::
     events = parse(piece, Layout.BLOCKS, b"  ")   # a pa.Table, or None if the piece is not whole
     events = events_from_dicts(trace["traceEvents"])
 
-Kineto's own layout (a field per line, each event closed by ``}`` at its indentation) and one
-event per line become lines by replacing bytes (a raw newline is never inside a JSON string, so
-newlines inside an event are spaces to a parser); any other layout is parsed with orjson and
-written back one event a line. The columns are in :data:`COLUMNS`; integers that name a thread,
-process or stream may be strings in a trace (``"Spans"``): those get a stable number
-(:func:`as_int`), as before.
+The piece is cut into one string per event over its own bytes
+(:mod:`dlprof.importers.event_split`: by newlines in Kineto's layout and one event per line, by
+the JSON structure on one line); only a piece that neither cut reads (a bare value between
+events) is parsed with orjson and written back one event a line. The columns are in
+:data:`COLUMNS`; integers that name a thread, process or stream may be strings in a trace
+(``"Spans"``): those get a stable number (:func:`as_int`), as before.
 
 Each event is checked here, once, in the same query (:class:`Damage`): an event that is not an
 object, has no phase, or of a phase that is read (``X``, ``C``, ``i``) has a name that is not a
@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from dlprof.importers.chunked_json import Layout, parse_events
 from dlprof.importers.damage import MAX_TIME_NS, Damage
+from dlprof.importers.event_split import event_strings, structural_strings
 
 # Kineto argument -> (column, DuckDB type). JSON columns keep the value's text (shapes, grids).
 _ARGS: dict[str, tuple[str, str]] = {
@@ -105,7 +106,9 @@ _NAMED_NUMBERS = ("pid", "tid", "stream")
 _SELECT = f"""
 SELECT {_DAMAGE} AS damage, e.ph AS ph, e.cat AS cat, e.name AS name, e.pid AS pid, e.tid AS tid, e.ts AS ts, e.dur AS dur,
        {", ".join(f'e.args."{key}" AS {column}' for key, (column, _) in _ARGS.items())},
-       e.args.stream IS NOT NULL OR (strpos(line, '"stream"') > 0 AND json_exists(line, '$.args.stream'))
+       -- a CASE, not an OR: the line is searched only where the typed stream is null
+       CASE WHEN e.args.stream IS NOT NULL THEN true
+            WHEN strpos(line, '"stream"') > 0 THEN json_exists(line, '$.args.stream') ELSE false END
            AS has_stream,
        CASE WHEN e.name = '[memory]' THEN TRY_CAST(json_extract(line, '$.args.Bytes') AS BIGINT) END
            AS memory_bytes,
@@ -123,7 +126,6 @@ FROM (SELECT line, json_transform(line, '{_STRUCTURE.replace("'", "''")}') AS e,
              json_type(line, {list(_TYPED_PATHS)}) AS t FROM lines OFFSET 0)
 """
 
-_SPACE = b" \t\r\n"
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -142,12 +144,15 @@ class EventParser:
             layout: how the file lays them out.
             indent: the events' indentation, in Kineto's layout.
         """
-        lines = _event_strings(piece, layout, indent)
-        if lines is not None:
-            table = self._query(lines)
-            if table is not None:
-                return table
-        events = parse_events(piece)  # another layout, or the guess was wrong
+        lines = event_strings(piece, layout, indent)
+        table = None if lines is None else self._query(lines)
+        if table is None:  # the layout's cut does not read (a guess was wrong): cut by structure
+            lines = structural_strings(piece)
+            table = None if lines is None else self._query(lines)
+        if table is not None:
+            return table
+        # Neither cut reads (a bare value between events, a damaged event): orjson decides.
+        events = parse_events(piece)
         return None if events is None else self.table(_dumped(events))
 
     def table(self, lines: bytes) -> pa.Table | None:
@@ -188,50 +193,6 @@ def as_int(value: Any) -> int:
         return number
     # A name where a number belongs ("Spans"): the same number for it on every import.
     return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
-
-
-def _event_strings(piece: bytes, layout: Layout, indent: bytes) -> pa.StringArray | None:
-    """The piece's events as strings over one copy of its bytes, or None where bytes cannot tell.
-
-    Each string runs from one event's end to the next one's: the whitespace between events is
-    part of a string, and the comma after an event's closing brace is overwritten with a space.
-    """
-    data = np.frombuffer(piece, dtype=np.uint8)
-    if layout is Layout.LINES:
-        newlines = np.flatnonzero(data == 10)
-        # An event ends at a newline followed by a line with something on it.
-        newlines = newlines[newlines + 1 < len(data)]
-        ends = newlines[data[newlines + 1] > 32]
-        before = np.maximum(ends - 1, 0)
-        ends = np.where(data[before] == 13, before, ends)  # "\r\n"
-    elif layout is Layout.BLOCKS:
-        closing = np.frombuffer(b"\n" + indent + b"}", dtype=np.uint8)
-        ends = np.flatnonzero(data == ord("}"))
-        ends = ends[ends >= len(closing) - 1]
-        for back, byte in enumerate(closing[::-1].tolist()):
-            ends = ends[data[ends - back] == byte]
-        ends = ends + 1
-    else:
-        return None
-    if len(ends) == 0 and layout is Layout.BLOCKS:
-        return None
-    writable = bytearray(piece)
-    view = np.frombuffer(writable, dtype=np.uint8)
-    # The comma after each event (after its closing brace, or at its line's end).
-    comma = ends - 1 if layout is Layout.LINES else ends
-    comma = comma[comma < len(view)]
-    for _ in range(2):  # "}," or "} ," or "},\r"
-        at_comma = view[comma] == ord(",")
-        view[comma[at_comma]] = 32
-        comma = comma[~at_comma & (view[comma] == 32)] + (1 if layout is Layout.BLOCKS else -1)
-        comma = comma[(comma >= 0) & (comma < len(view))]
-    last = int(ends[-1]) if len(ends) else 0
-    if layout is Layout.BLOCKS and writable[last:].strip(_SPACE + b","):
-        return None  # something after the last whole event
-    # Kineto's layout: up to the last event's end; one event a line: to the piece's end.
-    offsets = np.concatenate(([0], ends) if layout is Layout.BLOCKS else ([0], ends, [len(view)]))
-    return pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.astype(np.int32)),
-                                       pa.py_buffer(writable))
 
 
 def _dumped(events: list[dict[str, Any]] | Any) -> bytes:

@@ -32,7 +32,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlprof.importers.chunked_json import TraceFormatError
+from dlprof.importers.chunked_json import TraceFormatError, chunk_bytes_for
 from dlprof.importers.kineto import KinetoTables
 from dlprof.importers.memory_snapshot import SnapshotError, convert_snapshot, read_snapshot
 from dlprof.importers.memory_timeline import convert_memory_timeline, is_memory_timeline
@@ -163,7 +163,7 @@ def _import_file(info: TraceInfo, writer: RankWriter, advance: Callable[[int], N
         return _import_snapshot(info, writer, advance)
     item = _Imported(info)
     with open_trace(info.path) as (stream, file):
-        rows = ChromeTraceRows(stream, id_base(0, SLOT_IMPORT))
+        rows = ChromeTraceRows(stream, id_base(0, SLOT_IMPORT), chunk_bytes_for(info.path))
         try:
             for piece, events in rows:
                 tables = within_plausible_times(piece)

@@ -16,23 +16,27 @@ to a place elsewhere (``slices`` pointing at another run, a part at ``/etc/shado
 refused before a table is read or a save made final, so that a run copied or crafted reads and
 writes only itself.
 
-:func:`framing_problem` is the check that needs no Arrow (``dlprof ls`` loads none): a Parquet
+:func:`framing_problem` is the check that needs no library at all (``dlprof ls`` loads none): a Parquet
 file starts and ends with ``PAR1`` and states its footer's length before the last, so a file
-truncated, emptied or overwritten shows without parsing anything.
+truncated, emptied or overwritten shows without parsing anything. The footers are read with
+DuckDB, which a reading command loads anyway, so checking a run loads no Arrow.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from dlprof.engine.sources import STORE_COLUMNS
 from dlprof.keys import StoreTable
 from dlprof.store.layout import CHUNK_GLOB, PART_GLOB
 from dlprof.store.safe_files import not_a_file
 
 RANK_PREFIX = "rank="
+# Each file's columns as its footer states them: name -> (type as Arrow names it, kind of values).
+Footers = Mapping[Path, Mapping[str, tuple[str, str]]]
 _MAGIC = b"PAR1"
 # The leading magic, and at the end the footer's length (4 bytes, little-endian) and the magic.
 _FRAMING_BYTES = 3 * len(_MAGIC)
@@ -158,7 +162,7 @@ def files_problem(run_dir: Path) -> str | None:
     return None
 
 
-def table_problem(run_dir: Path, table: StoreTable) -> str | None:
+def table_problem(run_dir: Path, table: StoreTable, footers: Footers | None = None) -> str | None:
     """What makes a table unreadable as the store's, in one line; None when nothing does.
 
     Checks partition names and, for every part and loose chunk, that its footer reads, that it
@@ -168,6 +172,7 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
     Args:
         run_dir: the run directory.
         table: which table.
+        footers: the files' columns read already (see :func:`run_problem`); others are read here.
 
     Returns:
         The first problem found, naming the file relative to the run directory, or None.
@@ -175,44 +180,43 @@ def table_problem(run_dir: Path, table: StoreTable) -> str | None:
     problem = partition_problem(run_dir, table)
     if problem is not None:
         return problem
-    import pyarrow as pa  # only here: listing and loading a run need no Arrow
-    import pyarrow.parquet as pq
-
-    from dlprof.store.schema import SCHEMAS
-
-    expected = SCHEMAS[table]
+    expected = {name: _sql_family(kind) for name, kind in STORE_COLUMNS[table]}
     for path in _files(run_dir, table):
         where = path.relative_to(run_dir)
         framing = framing_problem(path)
         if framing is not None:
             return f"{where}: {framing}"
         try:
-            schema = pq.read_schema(path)
+            columns = footers[path] if footers and path in footers else _footer_columns(path)
         except FileNotFoundError:
             continue  # a chunk made final and removed since the partition was listed
-        except (pa.ArrowInvalid, OSError) as error:
-            detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-            return f"{where}: damaged Parquet file ({detail})"
-        missing = [name for name in REQUIRED_COLUMNS[table] if name not in schema.names]
+        except ValueError as error:
+            return f"{where}: damaged Parquet file ({error})"
+        missing = [name for name in REQUIRED_COLUMNS[table] if name not in columns]
         if missing:
             return f"{where}: no column {', '.join(repr(name) for name in missing)}"
-        for field in schema:
-            if field.name in expected.names:
-                want = _family(expected.field(field.name).type)
-                have = _family(field.type)
-                if have != want:
-                    return f"{where}: column '{field.name}' is {field.type}, not {want}"
+        for name, (type_name, have) in columns.items():
+            if name in expected and have != expected[name]:
+                return f"{where}: column '{name}' is {type_name}, not {expected[name]}"
     return None
 
 
 def run_problem(run_dir: Path) -> str | None:
     """The first link out of a run (:func:`outside_problem`) or problem of any of its tables
-    (see :func:`table_problem`), or None."""
+    (see :func:`table_problem`), or None.
+
+    Every file's footer is read in one query; only if one of them does not read are they read
+    again one by one, to name it.
+    """
     outside = outside_problem(run_dir)
     if outside is not None:
         return outside
+    # Only files framed as Parquet go to DuckDB (a FIFO among them would keep it waiting); the
+    # others are named by table_problem.
+    footers = _all_footers([path for table in StoreTable for path in _files(run_dir, table)
+                            if framing_problem(path) is None and path.is_file()])
     for table in StoreTable:
-        problem = table_problem(run_dir, table)
+        problem = table_problem(run_dir, table, footers)
         if problem is not None:
             return problem
     return None
@@ -230,17 +234,66 @@ def _files(run_dir: Path, table: StoreTable) -> Iterator[Path]:
             yield from sorted(directory.glob(CHUNK_GLOB))
 
 
-def _family(arrow_type: object) -> str:
-    """The kind of values a column holds, as the engines' casts see them."""
-    import pyarrow as pa
+# Parquet's physical and converted types as Arrow names them (what a user who wrote the file
+# with pandas or pyarrow knows), and the kind of values each holds.
+_INTEGER, _FLOAT, _STRING = "an integer", "a floating-point number", "a string"
+_PHYSICAL = {"INT64": ("int64", _INTEGER), "INT32": ("int32", _INTEGER), "FLOAT": ("float", _FLOAT),
+             "DOUBLE": ("double", _FLOAT), "BOOLEAN": ("bool", "bool"), "INT96": ("timestamp", "timestamp"),
+             "BYTE_ARRAY": ("binary", "binary"), "FIXED_LEN_BYTE_ARRAY": ("fixed_size_binary", "binary")}
+_CONVERTED = {"UTF8": ("string", _STRING), "INT_8": ("int8", _INTEGER), "INT_16": ("int16", _INTEGER),
+              "UINT_8": ("uint8", _INTEGER), "UINT_16": ("uint16", _INTEGER), "UINT_32": ("uint32", _INTEGER),
+              "UINT_64": ("uint64", _INTEGER), "DATE": ("date32", "date"), "DECIMAL": ("decimal", "decimal")}
 
-    assert isinstance(arrow_type, pa.DataType)
-    if pa.types.is_dictionary(arrow_type):
-        arrow_type = arrow_type.value_type
-    if pa.types.is_integer(arrow_type):
-        return "an integer"
-    if pa.types.is_floating(arrow_type):
-        return "a floating-point number"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return "a string"
-    return str(arrow_type)
+
+def _footer_columns(path: Path) -> dict[str, tuple[str, str]]:
+    """Each column of a Parquet file's footer: its type as Arrow names it, and its kind of values.
+
+    Read by DuckDB (its default connection), which every reading command loads anyway, so
+    checking a run needs no Arrow.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+        ValueError: the footer does not read (the reader's words).
+    """
+    import duckdb
+
+    try:
+        rows = duckdb.execute(
+            "SELECT name, type, converted_type FROM parquet_schema(?) WHERE num_children IS NULL",
+            [str(path)]).fetchall()
+    except duckdb.Error as error:
+        if not path.exists():
+            raise FileNotFoundError(path) from None
+        raise ValueError(str(error).splitlines()[0].removeprefix("Invalid Input Error: ")) from None
+    return {str(name): _type_of(physical, converted) for name, physical, converted in rows}
+
+
+def _all_footers(paths: list[Path]) -> Footers | None:
+    """The columns of every file's footer, in one query; None if any of them does not read."""
+    import duckdb
+
+    if not paths:
+        return {}
+    try:
+        rows = duckdb.execute(
+            "SELECT file_name, name, type, converted_type FROM parquet_schema(?) WHERE num_children IS NULL",
+            [[str(path) for path in paths]]).fetchall()
+    except duckdb.Error:
+        return None
+    footers: dict[Path, dict[str, tuple[str, str]]] = {path: {} for path in paths}
+    by_name = {str(path): path for path in paths}
+    for file_name, name, physical, converted in rows:
+        footers[by_name[file_name]][str(name)] = _type_of(physical, converted)
+    return footers
+
+
+def _type_of(physical: str | None, converted: str | None) -> tuple[str, str]:
+    """A column's type as Arrow names it and its kind of values, from its Parquet types."""
+    return _CONVERTED.get(str(converted)) or _PHYSICAL.get(str(physical)) or (str(physical).lower(), "other")
+
+
+def _sql_family(sql_type: str) -> str:
+    """The kind of values a column of the store holds, from its SQL type."""
+    if sql_type in ("BIGINT", "INT", "SMALLINT"):
+        return _INTEGER
+    return _FLOAT if sql_type in ("FLOAT", "DOUBLE") else _STRING
