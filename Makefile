@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install lint tools clean gpu-check gpu-wheels
+.PHONY: demo test test-fast install lint tools clean gpu-check gpu-wheels test-torch-versions torch-envs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,30 @@ test-fast: $(STAMP)
 
 clean:
 	rm -rf $(VENV) dlprof-runs .pytest_cache
+
+## The torch-related tests on other torch releases, each in a cached environment of its own
+## (.venv-torch-2.4 and so on, made once: a rerun downloads nothing). PyPI's torch wheels other
+## than 2.13.0+cpu are CUDA builds; with their nvidia-* packages they import and run on the CPU.
+## PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint (one caps torch at the release its disk
+## holds) must not choose the torch under test; it applies to these environments' installs only.
+## `make test-torch-versions TORCH_VERSIONS=2.8.0` tests one release; CI runs the default list.
+TORCH_VERSIONS ?= 2.4.1 2.11.0 2.15.0
+TORCH_ENVS := $(foreach version,$(TORCH_VERSIONS),.venv-torch-$(basename $(version)))
+TORCH_TESTS ?= tests/support/test_torch_features.py
+
+.venv-torch-%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-torch-$*
+	PIP_CONSTRAINT=/dev/null .venv-torch-$*/bin/python -m pip install --quiet --upgrade pip
+	PIP_CONSTRAINT=/dev/null .venv-torch-$*/bin/python -m pip install --quiet \
+	  "torch==$(filter $*.%,$(TORCH_VERSIONS))" -e '.[test]'
+	touch $@
+
+torch-envs: $(addsuffix /.installed,$(TORCH_ENVS))
+
+test-torch-versions: torch-envs
+	@status=0; for env in $(TORCH_ENVS); do \
+	  echo "== $$env: $$($$env/bin/python -c 'import torch; print("torch", torch.__version__)')"; \
+	  $$env/bin/python -m pytest -q -p no:cacheprovider $(TORCH_TESTS) || status=1; done; exit $$status
 
 ## Static checks: ruff and mypy --strict.
 lint: $(STAMP)

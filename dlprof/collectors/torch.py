@@ -42,6 +42,12 @@ from dlprof.store.manifest import ClockDomain, dropped_text
 from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.thread_watch import ThreadWatch
+from dlprof.support.torch_features import (
+    experimental_config,
+    missing_apis,
+    skip_python_events,
+    torch_features,
+)
 from dlprof.support.torch_ranges import RangeCuts
 
 
@@ -84,11 +90,16 @@ class TorchCollector(Collector):
 
     def start(self, context: CollectorContext) -> None:
         import torch
-        from torch._C._profiler import _ExperimentalConfig
+
+        features = torch_features()
+        lacking = missing_apis(features)
+        if lacking is not None:
+            raise RuntimeError(lacking)
         from torch.profiler import ProfilerActivity
         from torch.profiler.profiler import _KinetoProfile
 
         self._context = context
+        self._features = features
         config = context.config
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -103,25 +114,26 @@ class TorchCollector(Collector):
         self._marker: tuple[int, int] | None = None
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        # trace_only: Kineto skips building the event tree that only prof.events() reads (the
+        # trace is the same); Python stacks need that tree. Each field only where torch has it.
+        kineto_config, missing = experimental_config(features, all_threads=config.all_threads,
+                                                     trace_only=not config.with_stack)
+        self.notes.extend(missing)
         self._kineto: Any = _KinetoProfile(
             activities=activities,
             record_shapes=config.record_shapes,
             profile_memory=config.profile_memory,
             with_flops=config.with_flops,
             with_stack=config.with_stack,
-            # trace_only: Kineto skips building the event tree that only prof.events() reads
-            # (the trace is the same); Python stacks need that tree.
-            experimental_config=_ExperimentalConfig(
-                profile_all_threads=config.all_threads, trace_only=not config.with_stack
-            ),
+            experimental_config=kineto_config,
         )
         self._steps: dict[str, Callable[[], None]] = {
-            "prepare": self._kineto.prepare_trace,
+            "prepare": self._prepare,
             "start": self._start_recording,
             "stop": self._stop_recording,
             "save": self._save_cycle,
         }
-        if config.all_threads and config.profile_memory:
+        if config.all_threads and config.profile_memory and features.all_threads:
             self.notes.append(ALL_THREADS_NOTE)
         self._threads = ThreadWatch()
         self._ranges = RangeCuts()
@@ -150,7 +162,7 @@ class TorchCollector(Collector):
             names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
                 f"{len(self._threads.names)} other Python thread(s) started while profiling ({names}): "
-                + ("their ops recorded (all threads)" if self._context.config.all_threads
+                + ("their ops recorded (all threads)" if self._context.config.all_threads and self._features.all_threads
                    else "any torch ops they ran were not recorded (--all-threads records them, "
                         "without allocations)")
             )
@@ -198,6 +210,11 @@ class TorchCollector(Collector):
             for step in steps:
                 self._steps[step]()
 
+    def _prepare(self) -> None:
+        self._kineto.prepare_trace()
+        # Where torch would turn every event into Python at each stop, it is told not to.
+        skip_python_events(self._features, self._kineto.profiler)
+
     def _start_recording(self) -> None:
         self._kineto.start_trace()
         self._ranges.started()
@@ -238,6 +255,14 @@ ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no alloca
                     "memory not recorded")
 # What Kineto prints on the process's stderr each time it starts or stops a trace.
 _KINETO_CHATTER = (b"USDT:", b"STAGE:")
+# What a CUDA build of torch's Kineto prints at a save on a machine with no GPU driver (code 35:
+# the driver is missing), once per process: the collector's own note already says no CUDA device.
+_NO_DRIVER_CHATTER = b"gpuGetDeviceCount failed"
+
+
+def is_kineto_chatter(line: bytes) -> bool:
+    """Whether a line on fd 2 is Kineto's own, printed as it starts, stops or saves a trace."""
+    return line.startswith(_KINETO_CHATTER) or (line.startswith(b"ERROR:") and _NO_DRIVER_CHATTER in line)
 
 
 def hide_kineto_chatter() -> AbstractContextManager[None]:
@@ -246,7 +271,7 @@ def hide_kineto_chatter() -> AbstractContextManager[None]:
     Kineto writes ``USDT: ... profiler_start`` lines from C++ straight to file descriptor 2;
     anything else written meanwhile (by any thread) is shown once the moment has passed.
     """
-    return hidden_chatter(lambda line: line.startswith(_KINETO_CHATTER))
+    return hidden_chatter(is_kineto_chatter)
 
 
 COLLECTOR = TorchCollector
