@@ -47,6 +47,7 @@ Result = dict[str, Any]
 # Before each result line the child prints: anything else on its stdout (a library's chatter) is
 # not a result.
 _RESULT = "dlprof-finished "
+_END = "end\n"  # the profiled process has no more jobs (see BackgroundFinisher.close)
 
 # How each kind of profiler cycle a save can hold is converted.
 _CONVERTERS: dict[str, Callable[[Any], tuple[dict[StoreTable, list[pa.Table]], Result]]] = {
@@ -126,7 +127,15 @@ class BackgroundFinisher:
             child, self._child = self._child, None
         if child is not None:
             if child.stdin is not None:
-                child.stdin.close()  # no more jobs: the child ends once it has finished its own
+                # No more jobs: the child ends once it has finished its own. Said in a line, not
+                # only by closing stdin: a forked process that outlives this close (a persistent
+                # DataLoader worker) holds a copy of the pipe, and the child would never see its end.
+                try:
+                    child.stdin.write(_END)
+                    child.stdin.flush()
+                except (OSError, ValueError):
+                    pass  # the child is gone
+                child.stdin.close()
             child.wait()
             if child.returncode != 0:
                 self.child_failures += 1
@@ -216,7 +225,7 @@ def main(argv: list[str]) -> int:
     pending = PendingSaves(Path(argv[0]), int(argv[1]))
     while True:
         _finish_waiting(pending)
-        if not sys.stdin.readline():
+        if sys.stdin.readline() in ("", _END):
             break
     _finish_waiting(pending)
     pending.remove_if_empty()

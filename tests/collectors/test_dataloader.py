@@ -118,6 +118,41 @@ def test_persistent_workers_alive_at_the_end_keep_every_batch(tmp_path: Path) ->
     assert {int(pid) for pid in children} == set(fetches.pid)
 
 
+def test_persistent_workers_forked_after_a_save_do_not_hang_the_end(tmp_path: Path) -> None:
+    """Workers forked once the background finisher runs inherit a copy of its input pipe; alive at
+    the end, that copy kept the finisher from seeing its input end, and ``dlprof run`` waited for
+    it forever (seen on torch 2.4, where a save came before the DataLoader's first epoch)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(f"""
+        import time, torch
+        class Samples(torch.utils.data.Dataset):
+            def __len__(self): return {BATCHES * BATCH_SIZE}
+            def __getitem__(self, index): return torch.full(({FEATURES},), float(index)), index
+        model = torch.nn.Linear({FEATURES}, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:  # steps, and saves every 0.1 s: the finisher starts
+            model(torch.ones(4, {FEATURES})).sum().backward()
+            optimizer.step()
+        loader = torch.utils.data.DataLoader(Samples(), batch_size={BATCH_SIZE}, num_workers=2,
+                                             persistent_workers=True, multiprocessing_context="fork")
+        for x, _ in loader:
+            model(x).sum().backward()
+            optimizer.step()
+    """))
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "--save-seconds", "0.1",
+                           "-o", str(tmp_path / "run"), str(script)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = dlprof.load(tmp_path / "run")
+    assert run.manifest.saving["saves"] >= 2
+    assert (run.slices.kind == Kind.DATALOADER).sum() == BATCHES
+
+
 def test_workers_of_a_loop_cut_short_keep_what_they_fetched(tmp_path: Path) -> None:
     """The profiled block ends while its workers have fetched ahead: what they fetched while
     profiling is saved when it ends, and nothing they fetch after."""
