@@ -58,7 +58,7 @@ clean:
 ## disk holds) must not choose the release under test; it applies to these environments only.
 ## `make test-torch-versions TORCH_VERSIONS=2.8.0` tests one release by hand.
 TORCH_VERSIONS ?= 2.4.1 2.11.0 2.15.0
-TF_VERSIONS ?= 2.15.1
+TF_VERSIONS ?= 2.20.0
 FRAMEWORK_ENV_DIR ?= .
 TORCH_TESTS ?= tests/support/test_torch_features.py tests/support/test_torch_ranges.py \
 	tests/collectors/test_torch.py tests/collectors/test_layers.py tests/collectors/test_dataloader.py \
@@ -68,17 +68,21 @@ DEPS_HASH := $(shell sha256sum pyproject.toml | cut -c1-12)
 TORCH_ENVS := $(foreach version,$(TORCH_VERSIONS),$(FRAMEWORK_ENV_DIR)/.venv-torch-$(basename $(version)))
 TF_ENVS := $(foreach version,$(TF_VERSIONS),$(FRAMEWORK_ENV_DIR)/.venv-tf-$(basename $(version)))
 
-# $(call framework_envs,SHORT NAME,PACKAGE,VERSIONS): the rule that makes .venv-SHORT-X.Y.
+# $(call framework_envs,SHORT NAME,PACKAGE,VERSIONS,DLPROF'S EXTRAS): the rule that makes
+# .venv-SHORT-X.Y. The TensorFlow environments take the pinned torch too (the CPU build), as the
+# main one has it: the tests of a Keras program check that torch.profiler waits for an import.
+TORCH_ENV_EXTRAS := test
+TF_ENV_EXTRAS := test,torch
 define framework_envs
 $(FRAMEWORK_ENV_DIR)/.venv-$(1)-%/.installed-$(DEPS_HASH):
 	rm -rf $$(@D)
 	$(PYTHON) -m venv $$(@D)
 	PIP_CONSTRAINT=/dev/null $$(@D)/bin/python -m pip install --quiet --upgrade pip
-	PIP_CONSTRAINT=/dev/null $$(@D)/bin/python -m pip install --quiet "$(2)==$$(filter $$*.%,$(3))" '.[test]'
+	PIP_CONSTRAINT=/dev/null $$(@D)/bin/python -m pip install --quiet "$(2)==$$(filter $$*.%,$(3))" '.[$(4)]'
 	touch $$@
 endef
-$(eval $(call framework_envs,torch,torch,$(TORCH_VERSIONS)))
-$(eval $(call framework_envs,tf,tensorflow-cpu,$(TF_VERSIONS)))
+$(eval $(call framework_envs,torch,torch,$(TORCH_VERSIONS),$(TORCH_ENV_EXTRAS)))
+$(eval $(call framework_envs,tf,tensorflow-cpu,$(TF_VERSIONS),$(TF_ENV_EXTRAS)))
 
 # $(call test_in_envs,ENVIRONMENTS,TESTS,WHAT TO PRINT OF THE ENVIRONMENT)
 test_in_envs = status=0; for env in $(1); do \
