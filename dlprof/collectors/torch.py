@@ -133,7 +133,8 @@ class TorchCollector(Collector):
             "stop": self._stop_recording,
             "save": self._save_cycle,
         }
-        if config.all_threads and config.profile_memory and features.all_threads:
+        self._all_threads = config.all_threads and features.all_threads  # asked for, and torch has it
+        if self._all_threads and config.profile_memory:
             self.notes.append(ALL_THREADS_NOTE)
         self._threads = ThreadWatch()
         self._ranges = RangeCuts()
@@ -162,7 +163,7 @@ class TorchCollector(Collector):
             names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
                 f"{len(self._threads.names)} other Python thread(s) started while profiling ({names}): "
-                + ("their ops recorded (all threads)" if self._context.config.all_threads and self._features.all_threads
+                + ("their ops recorded (all threads)" if self._all_threads
                    else "any torch ops they ran were not recorded (--all-threads records them, "
                         "without allocations)")
             )
