@@ -80,7 +80,7 @@ def test_batch_bytes_counts_nested_tensors() -> None:
     assert batch_bytes("text") == 0
 
 
-def _run_program(tmp_path: Path, body: str) -> tuple[dlprof.Run, str]:
+def _run_program(tmp_path: Path, body: str, options: tuple[str, ...] = ()) -> tuple[dlprof.Run, str]:
     """``dlprof run`` of a program using the samples above, as a user runs a script."""
     import subprocess
     import sys
@@ -95,7 +95,7 @@ def _run_program(tmp_path: Path, body: str) -> tuple[dlprof.Run, str]:
         model = torch.nn.Linear({FEATURES}, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     """) + textwrap.dedent(body))
-    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "-o", str(tmp_path / "run"),
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", *options, "-o", str(tmp_path / "run"),
                            str(script)], capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return dlprof.load(tmp_path / "run"), done.stdout
@@ -122,18 +122,8 @@ def test_persistent_workers_forked_after_a_save_do_not_hang_the_end(tmp_path: Pa
     """Workers forked once the background finisher runs inherit a copy of its input pipe; alive at
     the end, that copy kept the finisher from seeing its input end, and ``dlprof run`` waited for
     it forever (seen on torch 2.4, where a save came before the DataLoader's first epoch)."""
-    import subprocess
-    import sys
-    import textwrap
-
-    script = tmp_path / "program.py"
-    script.write_text(textwrap.dedent(f"""
-        import time, torch
-        class Samples(torch.utils.data.Dataset):
-            def __len__(self): return {BATCHES * BATCH_SIZE}
-            def __getitem__(self, index): return torch.full(({FEATURES},), float(index)), index
-        model = torch.nn.Linear({FEATURES}, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    run, _ = _run_program(tmp_path, f"""
+        import time
         end = time.perf_counter() + 1.0
         while time.perf_counter() < end:  # steps, and saves every 0.1 s: the finisher starts
             model(torch.ones(4, {FEATURES})).sum().backward()
@@ -143,12 +133,7 @@ def test_persistent_workers_forked_after_a_save_do_not_hang_the_end(tmp_path: Pa
         for x, _ in loader:
             model(x).sum().backward()
             optimizer.step()
-    """))
-    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "--save-seconds", "0.1",
-                           "-o", str(tmp_path / "run"), str(script)],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    run = dlprof.load(tmp_path / "run")
+    """, ("--save-seconds", "0.1"))
     assert run.manifest.saving["saves"] >= 2
     assert (run.slices.kind == Kind.DATALOADER).sum() == BATCHES
 
