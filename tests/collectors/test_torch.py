@@ -187,10 +187,13 @@ from torch.profiler import record_function
 x = torch.randn(32, 32)
 
 
-def work(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+def work(seconds, least=40):
+    # At least `least` matmuls: on a loaded machine a CUDA build's BLAS threads can make each
+    # take tens of milliseconds, and the seconds alone ran too few for the check below.
+    end, done = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end or done < least:
         x @ x
+        done += 1
 
 
 class Doubled(torch.autograd.Function):
