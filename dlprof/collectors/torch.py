@@ -52,6 +52,12 @@ from dlprof.store.save_jobs import Cycle, CycleJob
 from dlprof.support.chatter import hidden_chatter
 from dlprof.support.dynamo import compiled_graphs, keep_out_of_dynamo, nested_codes
 from dlprof.support.thread_watch import ThreadWatch
+from dlprof.support.torch_features import (
+    experimental_config,
+    missing_apis,
+    skip_python_events,
+    torch_features,
+)
 from dlprof.support.torch_profilers import ProgramProfilers
 from dlprof.support.torch_ranges import RangeCuts
 
@@ -95,7 +101,11 @@ class TorchCollector(Collector):
 
     def start(self, context: CollectorContext) -> None:
         import torch
-        from torch._C._profiler import _ExperimentalConfig
+
+        features = torch_features()
+        lacking = missing_apis(features)
+        if lacking is not None:
+            raise RuntimeError(lacking)
         from torch.profiler import ProfilerActivity
         from torch.profiler.profiler import _KinetoProfile
 
@@ -103,6 +113,7 @@ class TorchCollector(Collector):
         if self._profiler_enabled():
             raise ProfilerBusy(BUSY)
         self._context = context
+        self._features = features
         config = context.config
         activities = [ProfilerActivity.CPU]
         self._cuda = torch.cuda.is_available()
@@ -118,25 +129,27 @@ class TorchCollector(Collector):
         self._marker: tuple[int, int] | None = None
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        # trace_only: Kineto skips building the event tree that only prof.events() reads (the
+        # trace is the same); Python stacks need that tree. Each field only where torch has it.
+        kineto_config, missing = experimental_config(features, all_threads=config.all_threads,
+                                                     trace_only=not config.with_stack)
+        self.notes.extend(missing)
         self._kineto: Any = _KinetoProfile(
             activities=activities,
             record_shapes=config.record_shapes,
             profile_memory=config.profile_memory,
             with_flops=config.with_flops,
             with_stack=config.with_stack,
-            # trace_only: Kineto skips building the event tree that only prof.events() reads
-            # (the trace is the same); Python stacks need that tree.
-            experimental_config=_ExperimentalConfig(
-                profile_all_threads=config.all_threads, trace_only=not config.with_stack
-            ),
+            experimental_config=kineto_config,
         )
         self._steps: dict[str, Callable[[], None]] = {
-            "prepare": self._kineto.prepare_trace,
+            "prepare": self._prepare,
             "start": self._start_recording,
             "stop": self._stop_recording,
             "save": self._save_cycle,
         }
-        if config.all_threads and config.profile_memory:
+        self._all_threads = config.all_threads and features.all_threads  # asked for, and torch has it
+        if self._all_threads and config.profile_memory:
             self.notes.append(ALL_THREADS_NOTE)
         self._step = 0
         self._gave_way = False  # the program's own profiler took Kineto: nothing more is recorded
@@ -185,7 +198,7 @@ class TorchCollector(Collector):
             names = ", ".join(sorted(set(self._threads.names))[:5])
             self.notes.append(
                 f"{len(self._threads.names)} other Python thread(s) started while profiling ({names}): "
-                + ("their ops recorded (all threads)" if self._context.config.all_threads
+                + ("their ops recorded (all threads)" if self._all_threads
                    else "any torch ops they ran were not recorded (--all-threads records them, "
                         "without allocations)")
             )
@@ -257,7 +270,7 @@ class TorchCollector(Collector):
         by a call that prepared nothing): then nothing may be asked of it (its trace is gone)."""
         if self._state is not _State.RECORDING or self._profiler_enabled():
             return False
-        if self._context.config.all_threads:
+        if self._all_threads:
             # Kineto's profile_all_threads keeps its state process-wide: the thread's own flag
             # reads off while it records, so it cannot tell a recording ended by someone else.
             return False
@@ -266,6 +279,11 @@ class TorchCollector(Collector):
         self.degraded.append(f"stopped recording at step {self._step}: torch.profiler was stopped by the "
                              "program; the ops since the last save and from then on are not recorded")
         return True
+
+    def _prepare(self) -> None:
+        self._kineto.prepare_trace()
+        # Where torch would turn every event into Python at each stop, it is told not to.
+        skip_python_events(self._features, self._kineto.profiler)
 
     def _start_recording(self) -> None:
         self._kineto.start_trace()
@@ -334,6 +352,14 @@ ALL_THREADS_NOTE = ("all threads: Kineto's profile_all_threads records no alloca
                     "memory not recorded")
 # What Kineto prints on the process's stderr each time it starts or stops a trace.
 _KINETO_CHATTER = (b"USDT:", b"STAGE:")
+# What a CUDA build of torch's Kineto prints at a save on a machine with no GPU driver (code 35:
+# the driver is missing), once per process: the collector's own note already says no CUDA device.
+_NO_DRIVER_CHATTER = b"gpuGetDeviceCount failed"
+
+
+def is_kineto_chatter(line: bytes) -> bool:
+    """Whether a line on fd 2 is Kineto's own, printed as it starts, stops or saves a trace."""
+    return line.startswith(_KINETO_CHATTER) or (line.startswith(b"ERROR:") and _NO_DRIVER_CHATTER in line)
 
 
 # What Kineto prints when it cannot write a trace (a full disk), leaving ``<trace>.tmp`` behind.
@@ -361,7 +387,7 @@ def hide_kineto_chatter() -> AbstractContextManager[None]:
     Kineto writes ``USDT: ... profiler_start`` lines from C++ straight to file descriptor 2;
     anything else written meanwhile (by any thread) is shown once the moment has passed.
     """
-    return hidden_chatter(lambda line: line.startswith(_KINETO_CHATTER))
+    return hidden_chatter(is_kineto_chatter)
 
 
 COLLECTOR = TorchCollector

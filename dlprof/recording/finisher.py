@@ -59,6 +59,7 @@ Result = dict[str, Any]
 # Before each result line the child prints: anything else on its stdout (a library's chatter) is
 # not a result.
 _RESULT = "dlprof-finished "
+_END = "end\n"  # the profiled process has no more jobs (see BackgroundFinisher.close)
 # Before the line of a job the child could not finish (it puts the job back and ends).
 _FAILED = "dlprof-failed "
 
@@ -146,7 +147,15 @@ class BackgroundFinisher:
             child, self._child = self._child, None
         if child is not None:
             if child.stdin is not None:
-                child.stdin.close()  # no more jobs: the child ends once it has finished its own
+                # No more jobs: the child ends once it has finished its own. Said in a line, not
+                # only by closing stdin: a forked process that outlives this close (a persistent
+                # DataLoader worker) holds a copy of the pipe, and the child would never see its end.
+                try:
+                    child.stdin.write(_END)
+                    child.stdin.flush()
+                except (OSError, ValueError):
+                    pass  # the child is gone
+                child.stdin.close()
             child.wait()
             if child.returncode != 0:
                 self.child_failures += 1
@@ -281,14 +290,14 @@ def _report(line: str) -> None:
 def main(argv: list[str]) -> int:
     """The child: finish the jobs waiting in the directory, oldest first, printing each result;
     wait for more while the profiled process writes a line now and then; finish what is left
-    once it closes stdin (it is done, or it was killed)."""
+    once it says it has no more or its stdin closes (it is done, or it was killed)."""
     os.nice(19)
     pending = PendingSaves(Path(argv[0]), int(argv[1]))
     try:
         while True:
             if not _finish_waiting(pending):
                 return 1  # the profiled process finishes the rest at its end, or says why not
-            if not sys.stdin.readline():
+            if sys.stdin.readline() in ("", _END):
                 break
         if not _finish_waiting(pending):
             return 1

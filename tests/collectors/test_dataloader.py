@@ -80,7 +80,7 @@ def test_batch_bytes_counts_nested_tensors() -> None:
     assert batch_bytes("text") == 0
 
 
-def _run_program(tmp_path: Path, body: str) -> tuple[dlprof.Run, str]:
+def _run_program(tmp_path: Path, body: str, options: tuple[str, ...] = ()) -> tuple[dlprof.Run, str]:
     """``dlprof run`` of a program using the samples above, as a user runs a script."""
     import subprocess
     import sys
@@ -95,7 +95,7 @@ def _run_program(tmp_path: Path, body: str) -> tuple[dlprof.Run, str]:
         model = torch.nn.Linear({FEATURES}, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     """) + textwrap.dedent(body))
-    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", "-o", str(tmp_path / "run"),
+    done = subprocess.run([sys.executable, "-m", "dlprof", "run", "--top", "0", *options, "-o", str(tmp_path / "run"),
                            str(script)], capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return dlprof.load(tmp_path / "run"), done.stdout
@@ -116,6 +116,26 @@ def test_persistent_workers_alive_at_the_end_keep_every_batch(tmp_path: Path) ->
     children = run.manifest.saving["forked_children"]["children"]
     assert sum(kinds.get("dataloader", 0) for kinds in children.values()) == 2 * BATCHES
     assert {int(pid) for pid in children} == set(fetches.pid)
+
+
+def test_persistent_workers_forked_after_a_save_do_not_hang_the_end(tmp_path: Path) -> None:
+    """Workers forked once the background finisher runs inherit a copy of its input pipe; alive at
+    the end, that copy kept the finisher from seeing its input end, and ``dlprof run`` waited for
+    it forever (seen on torch 2.4, where a save came before the DataLoader's first epoch)."""
+    run, _ = _run_program(tmp_path, f"""
+        import time
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:  # steps, and saves every 0.1 s: the finisher starts
+            model(torch.ones(4, {FEATURES})).sum().backward()
+            optimizer.step()
+        loader = torch.utils.data.DataLoader(Samples(), batch_size={BATCH_SIZE}, num_workers=2,
+                                             persistent_workers=True, multiprocessing_context="fork")
+        for x, _ in loader:
+            model(x).sum().backward()
+            optimizer.step()
+    """, ("--save-seconds", "0.1"))
+    assert run.manifest.saving["saves"] >= 2
+    assert (run.slices.kind == Kind.DATALOADER).sum() == BATCHES
 
 
 def test_workers_of_a_loop_cut_short_keep_what_they_fetched(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 import dlprof
 from dlprof.keys import RunStatus
+from dlprof.support.torch_features import torch_features
 from tests.conftest import profile_tiny_cnn
 
 pytestmark = pytest.mark.torch
@@ -168,8 +169,12 @@ def test_ops_of_other_threads_are_noted_or_recorded(tmp_path: Path) -> None:
 
     run, worker_tid = _thread_ops(tmp_path / "all", all_threads=True)
     muls = run.slices[run.slices.name == "aten::mul"]
-    assert (muls.tid == worker_tid).sum() == 5 and len(muls) == 6
     notes = run.manifest.collectors[0].notes
+    if not torch_features().all_threads:  # torch 2.4: Kineto has no profile_all_threads
+        assert len(muls) == 1 and worker_tid not in set(muls.tid)
+        assert any("has no profile_all_threads" in n for n in notes), notes
+        return
+    assert (muls.tid == worker_tid).sum() == 5 and len(muls) == 6
     assert any("their ops recorded" in n for n in notes) and any("no allocations" in n for n in notes)
 
 
@@ -182,10 +187,13 @@ from torch.profiler import record_function
 x = torch.randn(32, 32)
 
 
-def work(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+def work(seconds, least=40):
+    # At least `least` matmuls: on a loaded machine a CUDA build's BLAS threads can make each
+    # take tens of milliseconds, and the seconds alone ran too few for the check below.
+    end, done = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end or done < least:
         x @ x
+        done += 1
 
 
 class Doubled(torch.autograd.Function):
