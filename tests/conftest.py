@@ -70,7 +70,8 @@ def h200_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def h200_paused_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The H200 run as a recording that times dlprof's pauses holds it: the run predates them,
     and its longest stall inside a step (the save in ProfilerStep#16, 740 ms with no op running
-    inside a GELU layer) is marked as the pause it was, on the thread it held."""
+    inside a GELU layer) is marked as the pause it was, on the thread it held. (Written as a window
+    of its own, it leaves the self times of the layers around it as they were.)"""
     import shutil
 
     from tests.builders import add_pauses, longest_stall
