@@ -159,6 +159,50 @@ def test_no_warning_about_dlprofs_global_hooks(tmp_path: Path) -> None:
     assert not [w for w in caught if "global hooks" in str(w.message)]
 
 
+def _inside(x: Any) -> Any:
+    with dlprof.region("inside"):
+        y = torch.relu(x)
+    return y * 2
+
+
+@dlprof.region("decorated")
+def _decorated(x: Any) -> Any:
+    return torch.sin(x)
+
+
+def _calls_decorated(x: Any) -> Any:
+    return _decorated(x) * 2
+
+
+@pytest.mark.parametrize("function", [_inside, _calls_decorated], ids=["with", "decorator"])
+def test_a_region_inside_compiled_code_adds_no_graph_break(tmp_path: Path, function: Callable[[Any], Any]) -> None:
+    """A region inside a compiled function does nothing while Dynamo traces it: the same graphs
+    as without a session, none broken (before, Dynamo broke the graph at the region's clock and
+    thread readings, or gave up on the frame), and only the region around the compiled call
+    recorded. Compiled before the session started, it is not compiled again inside it."""
+    def program(out: Path | None) -> dict[str, dict[str, int]]:
+        torch._dynamo.reset()
+        counters.clear()
+        compiled, x = torch.compile(function, backend="eager"), torch.randn(8)
+        compiled(x)  # compiled with no session recording
+        if out is None:
+            for _ in range(3):
+                with dlprof.region("around"):
+                    compiled(x)
+        else:
+            with dlprof.profile(out=out, collectors=["host"]):
+                for _ in range(3):
+                    with dlprof.region("around"):
+                        compiled(x)
+        return {name: dict(counters[name]) for name in (*COMPILE_COUNTERS, "recompiles")}
+
+    plain = program(None)
+    assert program(tmp_path / "run") == plain
+    assert plain["stats"]["unique_graphs"] == 1 and not plain["graph_break"] and not plain["recompiles"]
+    run = dlprof.load(tmp_path / "run")
+    assert run.slices[run.slices["kind"] == "region"]["name"].value_counts().to_dict() == {"around": 3}
+
+
 RANGE_CUT_IN_COMPILE = """
 import sys
 import torch
