@@ -6,7 +6,8 @@ for a batch, and a DataLoader fetching one on the step's own thread), communicat
 (collectives), forward and backward (the layers collector's module slices, autograd's
 ``evaluate_function`` ops, ranges and regions named ``forward`` or ``backward`` as TorchRec's
 ``## forward ##``), optimizer (``Optimizer.step``/``zero_grad`` ranges, ``## optimizer ##``),
-profiler (dlprof's own pauses, :attr:`Kind.PROFILER`).
+compile (torch.compile compiling, :attr:`Kind.COMPILE`: set-up, carved out of the forward or
+backward it happens in), profiler (dlprof's own pauses, :attr:`Kind.PROFILER`).
 
 **On the host**, every CPU thread of the step's process counts (the main thread, autograd's,
 the DataLoader's pin-memory thread): each instant of the step's span goes to the first part in
@@ -47,13 +48,15 @@ class StepPart(StrEnum):
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
     COMMUNICATION = "communication"
+    COMPILE = "compile"  # torch.compile compiling: the program's set-up, not its step's work
     PROFILER = "profiler"  # dlprof's own pauses: never the user's time
     OTHER = "other"
 
 
 # Where threads (or kernels) overlap, the first part here wins: dlprof's pauses over everything,
-# a wait for data or a collective over the phase it runs inside.
-PRIORITY = (StepPart.PROFILER, StepPart.DATA_WAIT, StepPart.COMMUNICATION, StepPart.BACKWARD,
+# compiling over the call it compiles in, a wait for data or a collective over the phase it runs
+# inside.
+PRIORITY = (StepPart.PROFILER, StepPart.COMPILE, StepPart.DATA_WAIT, StepPart.COMMUNICATION, StepPart.BACKWARD,
             StepPart.FORWARD, StepPart.OPTIMIZER)
 IDLE = "idle"  # the GPU breakdown's time with no work running
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
@@ -75,6 +78,7 @@ def part_of(d: Dialect, on_step_thread: str | None = None) -> str:
     return (
         "CASE "
         f"WHEN kind = '{Kind.PROFILER}' THEN '{StepPart.PROFILER}' "
+        f"WHEN kind = '{Kind.COMPILE}' THEN '{StepPart.COMPILE}' "
         f"WHEN kind = '{Kind.DATA_WAIT}' OR (kind = '{Kind.DATALOADER}'{fetch_here}) THEN '{StepPart.DATA_WAIT}' "
         f"WHEN kind = '{Kind.COMM}' THEN '{StepPart.COMMUNICATION}' "
         f"WHEN kind = '{Kind.MODULE}' AND name LIKE '% forward' THEN '{StepPart.FORWARD}' "

@@ -22,7 +22,8 @@ Which steps count (a step is a ``ProfilerStep#N`` slice on a CPU thread):
 
 Where a step's time went (the breakdown, as TensorBoard's PyTorch overview gave it, see
 :mod:`dlprof.analysis.step_parts`): every instant of the step's span goes to one part, data wait,
-forward, backward, optimizer, communication, profiler (dlprof's own pauses) or other, by what
+forward, backward, optimizer, communication, compile (torch.compile compiling), profiler
+(dlprof's own pauses) or other, by what
 every CPU thread of the step's process was doing then (the main thread, autograd's, the
 DataLoader's pin-memory thread), so the parts sum to the step's duration exactly. On a run with
 GPU work a second breakdown does the same per GPU in its own time: each part's busy time (the
