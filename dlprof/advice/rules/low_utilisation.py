@@ -23,6 +23,7 @@ HOST_CATEGORIES = {
     Kind.DATA_WAIT: "waiting for data",
     Kind.DATALOADER: "loading data",
     Kind.COMM: "communication",
+    Kind.COMPILE: "torch.compile compiling",
     Kind.PYTHON: "Python code",
     Kind.MODULE: "Python code inside layers, outside ops",
     Kind.STEP: "Python code outside ops",
