@@ -95,10 +95,13 @@ def test_launch_bound_counts_the_gpus_idle_time_while_work_is_launched_onto_a_fr
             *_kernel(30, "k", (2100, 5), 2500, 5),
             # A runtime call launching nothing, over 50 us (100 us): counted; a wait is not.
             op(31, "cudaFuncSetAttribute", 2600 * US, 100 * US, kind=Kind.RUNTIME),
-            op(32, "cudaStreamSynchronize", 2700 * US, 100 * US, kind=Kind.RUNTIME)]
+            op(32, "cudaStreamSynchronize", 2700 * US, 100 * US, kind=Kind.RUNTIME),
+            # dlprof's pause is neither the steps' time nor the GPU's idle time.
+            op(33, "dlprof::save", 2800 * US, 100 * US, kind=Kind.PROFILER)]
     found = _found(write_rows_run(tmp_path / "run", rows), "launch-bound")["launch-bound"]
     assert found.stake_ns == (20 + 10 + 25 + 100) * US
-    assert found.severity is Severity.MODERATE  # 7.75% of the counted steps' 2 ms
+    assert found.severity is Severity.MODERATE
+    assert "155 us (8.2%) of the counted steps' time" in found.summary  # of 2 ms less the pause
     assert {e.place: e.time_ns for e in found.evidence} == {
         "kernel k on cuda:0": 45 * US, "runtime cudaFuncSetAttribute on cuda:0": 100 * US,
         "kernel big on cuda:0": 10 * US}

@@ -128,8 +128,11 @@ def _windows(data: RunData) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         found = {int(rank): (of_rank["start_ns"].to_numpy(np.int64),
                              (of_rank["start_ns"] + of_rank["dur_ns"]).to_numpy(np.int64))
                  for rank, of_rank in steps.sort_values("start_ns").groupby("rank")}
-    pauses = data.run.sql(f"SELECT rank, start_ns, start_ns + dur_ns AS end_ns FROM slices "
-                          f"WHERE kind = '{Kind.PROFILER}'{data.where()}")
+    # dlprof's pauses of the process that runs the steps (a DataLoader worker's hold no launch).
+    pauses = data.run.sql(
+        "SELECT p.rank, p.start_ns, p.start_ns + p.dur_ns AS end_ns FROM slices p JOIN (SELECT DISTINCT rank, pid "
+        f"FROM slices WHERE kind = '{Kind.STEP}') AS s ON s.rank = p.rank AND s.pid = p.pid "
+        f"WHERE p.kind = '{Kind.PROFILER}'{data.where('p.rank')}")
     for rank, (low, high) in found.items():
         held = pauses[pauses["rank"] == rank]
         if not held.empty:
