@@ -31,6 +31,9 @@ class Kind(StrEnum):
     # dlprof itself holding the program's thread (a save, a profiler cycle's stop and start, a
     # flush), on the thread it held: never the user's time in any analysis.
     PROFILER = "profiler"
+    # torch.compile compiling (Dynamo's and Inductor's phases, dlprof/importers/compile_phases.py):
+    # set-up, not the ops of a step.
+    COMPILE = "compile"
 
 
 # Work that runs on an accelerator rather than on a CPU thread.
@@ -67,6 +70,7 @@ NESTING_ORDER: dict[str, int] = {
     Kind.PYTHON: 5,
     Kind.OP: 6,
     Kind.COMM: 6,
+    Kind.COMPILE: 6,
     Kind.RUNTIME: 7,
     Kind.KERNEL: 8,
     Kind.MEMCPY: 8,

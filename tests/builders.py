@@ -410,3 +410,33 @@ def add_power(run_dir: Path, watts: Callable[[float], Sequence[float]]) -> int:
     writer.write_chunk(StoreTable.COUNTERS, readings_table(samples, pid=1), "nvml")
     writer.compact()
     return origin
+
+
+def longest_stall(run: dlprof.Run) -> tuple[int, int, int, int]:
+    """The longest time inside a step but the first (the program's set-up) with no op running on
+    the step's thread: ``(pid, tid, start_ns, dur_ns)``. In a run recorded before dlprof timed its
+    pauses, a save inside a step."""
+    ((pid, tid),) = run.query("SELECT DISTINCT pid, tid FROM slices WHERE kind = 'step'").rows
+    ops = run.sql(f"SELECT start_ns, start_ns + dur_ns AS end_ns FROM slices WHERE kind = 'op' AND tid = {tid} "
+                  "ORDER BY start_ns")
+    reach = ops["end_ns"].cummax().shift().to_numpy()
+    starts = ops["start_ns"].to_numpy()
+    steps = run.sql("SELECT start_ns, start_ns + dur_ns AS end_ns FROM slices WHERE kind = 'step' ORDER BY start_ns")
+    inside = np.zeros(len(starts), dtype=bool)
+    for low, high in steps.iloc[1:].itertuples(index=False):
+        inside |= (reach >= low) & (starts <= high)
+    gaps = np.where(inside, starts - reach, 0)
+    widest = int(np.nanargmax(gaps))
+    return int(pid), int(tid), int(reach[widest]), int(gaps[widest])
+
+
+def add_pauses(run_dir: Path, pauses: Sequence[tuple[int, int, int, int]]) -> None:
+    """Write dlprof pauses (``(pid, tid, start_ns, dur_ns)``) into a run, as a recording that times
+    them holds them: :attr:`Kind.PROFILER` slices on the CPU thread they held, made final."""
+    run = dlprof.load(run_dir)
+    first = int(run.query("SELECT max(id) FROM slices").rows[0][0]) + 1
+    rows = [{"id": first + i, "pid": pid, "tid": tid, "device": "cpu", "kind": "profiler", "name": "dlprof::save",
+             "start_ns": start, "dur_ns": dur} for i, (pid, tid, start, dur) in enumerate(pauses)]
+    writer = RankWriter(Path(run_dir), 0)
+    writer.write_chunk(StoreTable.SLICES, pa.table({key: [row[key] for row in rows] for key in rows[0]}), "session")
+    writer.compact()

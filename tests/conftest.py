@@ -68,6 +68,21 @@ def h200_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(shutil.copytree(H200_RUN, tmp_path_factory.mktemp("h200") / H200_RUN.name))
 
 
+@pytest.fixture(scope="session")
+def h200_paused_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The H200 run as a recording that times dlprof's pauses holds it: the run predates them,
+    and its longest stall inside a step (the save in ProfilerStep#16, 740 ms with no op running
+    inside a GELU layer) is marked as the pause it was, on the thread it held. (Written as a window
+    of its own, it leaves the self times of the layers around it as they were.)"""
+    import shutil
+
+    from tests.builders import add_pauses, longest_stall
+
+    run_dir = Path(shutil.copytree(H200_RUN, tmp_path_factory.mktemp("h200-paused") / H200_RUN.name))
+    add_pauses(run_dir, [longest_stall(dlprof.load(run_dir))])
+    return run_dir
+
+
 @pytest.fixture(autouse=True)
 def no_stored_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test reads calibrations from an empty place of its own, never the user's config

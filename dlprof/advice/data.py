@@ -1,9 +1,13 @@
 """What the advice rules read: one run (or one rank of it), its analyses computed once.
 
     data = RunData(run, rank=None)
-    data.counted_steps      # the step report's counted steps (data wait, forward... per step)
-    data.gpu_steps          # dlprof gpu's busy and idle per GPU and step
+    data.counted_steps      # the step report's counted steps (data wait, forward... per step, user_ns)
+    data.gpu_time           # each GPU's busy time by part and its own idle time, per counted step
+    data.gpu_steps          # dlprof gpu's windows per GPU and counted step (kernels' waits)
     data.missing(Need.DEVICE)   # None, or why the run cannot give it
+
+Time is the user's: a step's ``user_ns`` is its duration less dlprof's own pauses (its profiler
+part), and a GPU's span in a step leaves out the time it sat idle while dlprof held the program.
 
 Several rules read the same analysis (the step report, the GPU breakdown); each is computed on
 first use and kept, so a run is never analysed twice for one ``dlprof advise``.
@@ -23,7 +27,7 @@ from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.gpu import ALL, gpu_breakdown
 from dlprof.analysis.ranks import rank_steps
 from dlprof.analysis.sql import DEVICE_KINDS_SQL, rank_condition
-from dlprof.analysis.steps import StepReport, StepStatus, step_report
+from dlprof.analysis.steps import IDLE, StepPart, StepReport, StepStatus, step_report
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
 
@@ -48,9 +52,15 @@ class RunData:
         return step_report(self.run, self.rank)
 
     @cached_property
-    def counted_steps(self) -> pd.DataFrame:
-        """The counted steps (warm-up and partial ones left out), one row per step."""
+    def all_steps(self) -> pd.DataFrame:
+        """Every step of the step report, with ``user_ns``: its time less dlprof's pauses."""
         steps = self.steps.steps
+        return steps.assign(user_ns=steps["dur_ns"] - steps[f"{StepPart.PROFILER}_ns"])
+
+    @cached_property
+    def counted_steps(self) -> pd.DataFrame:
+        """The counted steps (warm-up and partial ones left out), one row per step, with ``user_ns``."""
+        steps = self.all_steps
         return steps[steps["status"] == StepStatus.COUNTED].reset_index(drop=True)
 
     @cached_property
@@ -64,12 +74,37 @@ class RunData:
 
     @cached_property
     def gpu_steps(self) -> pd.DataFrame:
-        """The GPU rows of counted steps, or each GPU's whole-run row in a run without them."""
+        """dlprof gpu's rows of counted steps (busy, idle, kernels' launch cost and queueing), or
+        each GPU's whole-run row in a run without them."""
         table = self.gpu
         counted = set(self.counted_steps["step"])
         if counted:
             return table[table["step"].isin(counted)].reset_index(drop=True)
         return table[table["step"] == ALL].reset_index(drop=True)
+
+    @cached_property
+    def gpu_time(self) -> pd.DataFrame:
+        """Each GPU's time in each counted step as the step report's GPU breakdown gives it.
+
+        Returns:
+            ``rank``, ``device``, ``step``, ``span_ns`` (the step less the GPU's time held by
+            dlprof's pauses), ``busy_ns`` (work launched by the program), ``idle_ns`` (the GPU's
+            own: span = busy + idle) and ``{part}_ns`` for each part of the user's step (the work
+            launched in it); one row per GPU and counted step. In a run without counted steps,
+            each GPU's whole span, its work all under ``other``.
+        """
+        parts = [f"{p}_ns" for p in StepPart if p is not StepPart.PROFILER]
+        counted = set(self.counted_steps["step"])
+        if counted:
+            table = self.steps.device_steps
+            table = table[table["step"].isin(counted)].reset_index(drop=True)
+            busy = table[parts].sum(axis=1)
+            table = table.assign(busy_ns=busy, span_ns=busy + table[f"{IDLE}_ns"])
+        else:
+            whole = self.gpu_steps
+            table = whole.assign(**{part: 0 for part in parts}).assign(**{f"{StepPart.OTHER}_ns": whole["busy_ns"]})
+        return table[["rank", "device", "step", "span_ns", "busy_ns", "idle_ns", *parts]].astype(
+            {"rank": "int64", "span_ns": "float64", "busy_ns": "float64", "idle_ns": "float64"})
 
     @cached_property
     def rank_steps(self) -> pd.DataFrame:
@@ -199,7 +234,7 @@ class RunData:
         return {(str(name), str(device)): float(ns or 0) for name, device, ns in rows}
 
     def idle_claim(self, rank: int, device: str, ns: float) -> Claim:
-        """A claim on ``ns`` of a GPU's idle time in the counted steps (:attr:`gpu_steps`): low
+        """A claim on ``ns`` of a GPU's own idle time in the counted steps (:attr:`gpu_time`): low
         utilisation, memory headroom and launch delays all claim that one time."""
         idle = self.gpu_idle.get((int(rank), str(device)), float(ns))
         return Claim(f"GPU idle time of rank {rank} {device}", max(idle, float(ns)),
@@ -207,8 +242,8 @@ class RunData:
 
     @cached_property
     def gpu_idle(self) -> dict[tuple[int, str], float]:
-        """Each GPU's idle time in the counted steps (or its whole span, without steps)."""
-        idle = self.gpu_steps.groupby(["rank", "device"])["idle_ns"].sum()
+        """Each GPU's own idle time in the counted steps (or in its whole span, without steps)."""
+        idle = self.gpu_time.groupby(["rank", "device"])["idle_ns"].sum()
         return {(int(rank), str(device)): float(ns) for (rank, device), ns in idle.items()}
 
     def named(self, pattern: str, kind: str | None = None) -> pd.DataFrame:

@@ -6,7 +6,8 @@ for a batch, and a DataLoader fetching one on the step's own thread), communicat
 (collectives), forward and backward (the layers collector's module slices, autograd's
 ``evaluate_function`` ops, ranges and regions named ``forward`` or ``backward`` as TorchRec's
 ``## forward ##``), optimizer (``Optimizer.step``/``zero_grad`` ranges, ``## optimizer ##``),
-profiler (dlprof's own pauses, :attr:`Kind.PROFILER`).
+compile (torch.compile compiling, :attr:`Kind.COMPILE`: set-up, carved out of the forward or
+backward it happens in), profiler (dlprof's own pauses, :attr:`Kind.PROFILER`).
 
 **On the host**, every CPU thread of the step's process counts (the main thread, autograd's,
 the DataLoader's pin-memory thread): each instant of the step's span goes to the first part in
@@ -19,9 +20,11 @@ another thread (pinning a later batch) is work beside the step, not the step wai
 **On a GPU**, each kernel, memcpy and memset takes the part its runtime call was made in (the
 first part in :data:`PRIORITY` open on the calling thread when the call started; ``other`` for
 work launched outside every part or linked to no call), and each instant of the step's span on
-that GPU goes to the first part of the work running then, or to ``idle`` when none runs. The
-busy parts and idle time add up to the step's span. (The span is the step's span on the host: a
-GPU running behind gives a step's last kernels to the next step's span, under their own part.)
+that GPU goes to the first part of the work running then; with no work running, to ``profiler``
+while dlprof holds a thread of the step's process (the GPU waits for a program dlprof paused:
+dlprof's time, not the GPU's idleness), else to ``idle``. The parts and idle time add up to the
+step's span, and idle is the GPU's own. (The span is the step's span on the host: a GPU running
+behind gives a step's last kernels to the next step's span, under their own part.)
 
 Both are sweeps: every slice's start and end, in time order per process (or per GPU), move a
 running count of open slices per part, and the time up to the next event goes to the part the
@@ -45,13 +48,15 @@ class StepPart(StrEnum):
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
     COMMUNICATION = "communication"
+    COMPILE = "compile"  # torch.compile compiling: the program's set-up, not its step's work
     PROFILER = "profiler"  # dlprof's own pauses: never the user's time
     OTHER = "other"
 
 
 # Where threads (or kernels) overlap, the first part here wins: dlprof's pauses over everything,
-# a wait for data or a collective over the phase it runs inside.
-PRIORITY = (StepPart.PROFILER, StepPart.DATA_WAIT, StepPart.COMMUNICATION, StepPart.BACKWARD,
+# compiling over the call it compiles in, a wait for data or a collective over the phase it runs
+# inside.
+PRIORITY = (StepPart.PROFILER, StepPart.COMPILE, StepPart.DATA_WAIT, StepPart.COMMUNICATION, StepPart.BACKWARD,
             StepPart.FORWARD, StepPart.OPTIMIZER)
 IDLE = "idle"  # the GPU breakdown's time with no work running
 _UPTO = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
@@ -73,6 +78,7 @@ def part_of(d: Dialect, on_step_thread: str | None = None) -> str:
     return (
         "CASE "
         f"WHEN kind = '{Kind.PROFILER}' THEN '{StepPart.PROFILER}' "
+        f"WHEN kind = '{Kind.COMPILE}' THEN '{StepPart.COMPILE}' "
         f"WHEN kind = '{Kind.DATA_WAIT}' OR (kind = '{Kind.DATALOADER}'{fetch_here}) THEN '{StepPart.DATA_WAIT}' "
         f"WHEN kind = '{Kind.COMM}' THEN '{StepPart.COMMUNICATION}' "
         f"WHEN kind = '{Kind.MODULE}' AND name LIKE '% forward' THEN '{StepPart.FORWARD}' "
@@ -89,6 +95,10 @@ def part_of(d: Dialect, on_step_thread: str | None = None) -> str:
 # launched outside every part is busy time all the same).
 _HOST_PARTS = tuple(str(p) for p in PRIORITY)
 _DEVICE_PARTS = (*_HOST_PARTS, str(StepPart.OTHER))
+# A GPU with no work running while dlprof holds the program: swept after every part of work,
+# then counted in the profiler part.
+_PAUSED = "paused"
+_SWEPT_PARTS = (*_DEVICE_PARTS, _PAUSED)
 
 
 def _counts(part_column: str, parts: tuple[str, ...], sign: int = 1) -> str:
@@ -165,8 +175,9 @@ def host_parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
 
 
 def device_parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
-    """Per step and GPU: ``rank``, ``device``, ``step_index``, each part's busy time (other
-    included) and ``busy_ns``; idle time is the step's span less ``busy_ns``.
+    """Per step and GPU: ``rank``, ``device``, ``step_index``, each part's time (other included;
+    profiler's holds the GPU's idle time while dlprof held the program) and ``parts_ns``, their
+    sum; idle time is the step's span less ``parts_ns``.
 
     Args: as :func:`host_parts_sql`.
     """
@@ -194,8 +205,21 @@ def device_parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
         f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')})"
     )
+    gpus = f"(SELECT DISTINCT rank, device FROM {work} AS w)"
     gpu_steps = (f"(SELECT s.rank, g.device, s.step_index, s.start_ns, s.end_ns FROM {steps} s "
-                 f"JOIN (SELECT DISTINCT rank, device FROM {work} AS w) AS g ON g.rank = s.rank)")
-    summed = _summed(_sweep(work, gpu_steps, "rank, device", _DEVICE_PARTS), "rank, device", d, _DEVICE_PARTS)
-    busy = " + ".join(f"{p}_ns" for p in _DEVICE_PARTS)
-    return f"SELECT *, {busy} AS busy_ns FROM ({summed}) AS b"
+                 f"JOIN {gpus} AS g ON g.rank = s.rank)")
+    # dlprof's pauses on the steps' process, on each GPU of its rank: they win an instant only
+    # where no work runs (last in the sweep's order).
+    paused = (
+        f"(SELECT p.rank, g.device, p.start_ns, p.start_ns + p.dur_ns AS end_ns, '{_PAUSED}' AS part "
+        f"FROM slices p JOIN (SELECT DISTINCT rank, pid FROM {steps} AS sp) AS held "
+        "ON held.rank = p.rank AND held.pid = p.pid "
+        f"JOIN {gpus} AS g ON g.rank = p.rank WHERE p.kind = '{Kind.PROFILER}' AND coalesce(p.device, 'cpu') = 'cpu'"
+        f"{rank_condition(rank, 'p.rank')})"
+    )
+    rows = f"(SELECT * FROM {work} AS w1 UNION ALL SELECT * FROM {paused} AS w2)"
+    swept = _summed(_sweep(rows, gpu_steps, "rank, device", _SWEPT_PARTS), "rank, device", d, _SWEPT_PARTS)
+    columns = ", ".join(f"{p}_ns + {_PAUSED}_ns AS {p}_ns" if p == StepPart.PROFILER else f"{p}_ns"
+                        for p in _DEVICE_PARTS)
+    held = " + ".join(f"{p}_ns" for p in _SWEPT_PARTS)
+    return f"SELECT rank, device, step_index, {columns}, {held} AS parts_ns FROM ({swept}) AS b"

@@ -22,11 +22,13 @@ Which steps count (a step is a ``ProfilerStep#N`` slice on a CPU thread):
 
 Where a step's time went (the breakdown, as TensorBoard's PyTorch overview gave it, see
 :mod:`dlprof.analysis.step_parts`): every instant of the step's span goes to one part, data wait,
-forward, backward, optimizer, communication, profiler (dlprof's own pauses) or other, by what
+forward, backward, optimizer, communication, compile (torch.compile compiling), profiler
+(dlprof's own pauses) or other, by what
 every CPU thread of the step's process was doing then (the main thread, autograd's, the
 DataLoader's pin-memory thread), so the parts sum to the step's duration exactly. On a run with
 GPU work a second breakdown does the same per GPU in its own time: each part's busy time (the
-work launched from inside that part) and idle time, adding up to the step's span.
+work launched from inside that part), the GPU's idle time while dlprof held the program (in the
+profiler part) and its own idle time, adding up to the step's span.
 
 The statistics are of the user's step time: each step's duration less its profiler part, the
 time dlprof itself held the program's threads (a save, a profiler cycle's restart). Runs recorded
@@ -67,7 +69,8 @@ STEP_COLUMNS = ["rank", "step", "status", "start_ns", "dur_ns", *(f"{p}_ns" for 
 STATISTICS_COLUMNS = ["rank", "steps", "warmup", "partial", "mean_ns", "median_ns", "p90_ns", "p99_ns",
                       "std_ns", "min_ns", "max_ns"]
 BREAKDOWN_COLUMNS = ["rank", "part", "mean_ns", "step_pct"]
-# A GPU's time in a step: the work launched in each part (other: outside every part), then idle.
+# A GPU's time in a step: the work launched in each part (other: outside every part; profiler: also
+# the GPU's idle time while dlprof held the program), then its own idle time.
 DEVICE_STEP_COLUMNS = ["rank", "device", "step", "status", "start_ns", "dur_ns", *(f"{p}_ns" for p in StepPart),
                        f"{IDLE}_ns"]
 DEVICE_BREAKDOWN_COLUMNS = ["rank", "device", "part", "mean_ns", "step_pct"]
@@ -145,7 +148,7 @@ def _device_steps_sql(run: Run, steps: str, rank: int | None) -> str:
     parts = ", ".join(f"p.{p}_ns" for p in StepPart)
     return (
         f"SELECT p.rank, p.device, s.step, s.status, s.step_index, s.start_ns, s.dur_ns, {parts}, "
-        f"s.dur_ns - p.busy_ns AS {IDLE}_ns FROM ({device_parts_sql(run.engine.dialect, steps, rank)}) AS p "
+        f"s.dur_ns - p.parts_ns AS {IDLE}_ns FROM ({device_parts_sql(run.engine.dialect, steps, rank)}) AS p "
         "JOIN " + steps + " AS s ON s.rank = p.rank AND s.step_index = p.step_index"
     )
 

@@ -129,7 +129,8 @@ def print_steps(loaded: Run, rank: int | None = None, limit: int = DEFAULT_LIMIT
         write_table(_breakdown_view(report, energy), f"{name}: time per counted step by part", fmt)
         if not report.device_breakdown.empty:
             write_table(_device_breakdown_view(report), f"{name}: GPU time per counted step by part (the work "
-                        "launched in each part, and idle)", fmt)
+                        "launched in each part; profiler also holds the GPU's idle time while dlprof held the "
+                        "program; idle is the GPU's own)", fmt)
     if energy.recorded:
         write_table(energy_table(energy), f"{name}: energy per counted step, per device", fmt)
     left_out = excluded_steps(report)

@@ -45,6 +45,7 @@ Examples:
   dlprof top --kind module --by self     # layers by their time outside the layers inside them
   dlprof top --kind module --leaves      # the layers that hold no other layer
   dlprof top --kind kernel --kind memcpy # a table per kind
+  dlprof top --kind compile              # torch.compile's compile phases (not ops)
   dlprof top --within eval               # ops inside the region (or any slice) named eval
   dlprof top --group-by shape -n 30      # one row per op and input shapes
   dlprof top RUN --per-rank              # each row's least, median and most time over ranks

@@ -40,6 +40,7 @@ CATEGORY_OF_KIND: dict[str, str] = {
     Kind.PYTHON: "python_function",
     Kind.OP: "cpu_op",
     Kind.COMM: "cpu_op",  # collectives are cpu_op events (nccl:*, record_param_comms)
+    Kind.COMPILE: "cpu_op",  # torch.compile's phases are cpu_op events, classified again on import
     Kind.KERNEL: "kernel",
     Kind.MEMCPY: "gpu_memcpy",
     Kind.MEMSET: "gpu_memset",

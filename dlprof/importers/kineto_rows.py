@@ -21,6 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlprof.importers.compile_phases import compile_kinds
 from dlprof.importers.data_wait import data_wait_kinds
 from dlprof.importers.flops import OPS_WITH_FLOPS, estimate_flops
 from dlprof.importers.kineto_events import as_int
@@ -104,7 +105,7 @@ def slice_rows(events: pa.Table, naming: SliceNaming, shift_ns: int) -> pa.Table
     # Kineto's range profiler names a range it found no kernel name for "__missing__".
     unnamed = pc.and_(pc.equal(category, PROFILER_RANGE), pc.equal(name, _RANGE_WITHOUT_NAME))
     name = pc.if_else(unnamed, UNNAMED_RANGE, name)
-    kind = data_wait_kinds(_kinds(category, name, naming.region_names), name)
+    kind = compile_kinds(data_wait_kinds(_kinds(category, name, naming.region_names), name), name)
     on_device = pc.and_(
         pc.not_equal(kind, str(Kind.RUNTIME)),
         pc.or_(events.column("has_stream").combine_chunks().fill_null(False),

@@ -10,10 +10,16 @@ Regions nest, work in any thread, and cost one clock reading on entry and one ap
 with no session recording they cost a function call. A region still open when the session saves
 is handed over as open, so what it holds nests under it even when it spans many saves. With CPU counters configured, each
 boundary also reads the counters (one read(2) per counter) and the deltas become metrics rows.
+
+Inside a function torch.compile compiles, a region does nothing: while Dynamo traces it, its
+entry tests ``torch.compiler.is_compiling()`` first (torch is never imported from here) and
+leaves the region unopened, so Dynamo folds it away (no graph break, no guard that changes), and
+the compiled graph runs without it. A region around a call of compiled code is timed as any.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from contextlib import ContextDecorator
@@ -38,6 +44,9 @@ class region(ContextDecorator):
         return region(self.name)
 
     def __enter__(self) -> region:
+        if _compiling():  # first: Dynamo then traces nothing of the session's
+            self._start = -1
+            return self
         session = active_session()
         if session is not None and session.recording:
             self._session = session
@@ -71,3 +80,10 @@ class region(ContextDecorator):
             self._start = -1
             if session.save_waiting:
                 session.save_waited()
+
+
+def _compiling() -> bool:
+    """Whether torch.compile's Dynamo is tracing the caller; False where the program has not
+    imported torch (it is not imported for the asking)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.compiler.is_compiling())

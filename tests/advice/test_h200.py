@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import dlprof
+from dlprof.advice.base import Severity
 from dlprof.advice.ranking import Advice, advise
 from dlprof.advice.registry import rules
 
@@ -57,6 +58,18 @@ def test_set_up_in_the_first_step_is_not_steady_state_host_time(h200_run: Path, 
     run = dlprof.load(h200_run)
     counted = run.query("SELECT sum(dur_ns) FROM slices WHERE kind = 'step' AND name <> 'ProfilerStep#0'").rows[0][0]
     assert named_ns <= counted
+
+
+def test_the_gpu_idles_while_kernels_are_launched_onto_a_free_stream(h200_advice: Advice) -> None:
+    """616 kernels a step, most on an idle stream: the GPU idles about 5 ms a step while they are
+    launched (autocast's bf16 casts first). A GPU busy 22% of its steps is no GPU-bound one."""
+    found = {f.rule: f for f in h200_advice.findings}
+    launches = found["launch-bound"]
+    assert launches.severity is Severity.MODERATE
+    assert "bfloat16" in launches.evidence[0].place and "launches onto a free stream" in launches.evidence[0].detail
+    assert 80e6 < launches.stake_ns + launches.shared_ns < 110e6
+    assert launches.stake_ns == 0 and "low-utilisation" in launches.shared_with  # the same idle time, once
+    assert "gpu-bound" in h200_advice.passed
 
 
 def test_pageable_copies_are_found_through_the_ops_that_made_them(h200_advice: Advice) -> None:

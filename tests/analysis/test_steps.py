@@ -188,6 +188,28 @@ def test_backward_on_autograds_thread_has_its_share_on_the_host_and_the_gpu(h200
     assert shares.sum() == pytest.approx(100.0) and 70 < shares["idle"] < 85
 
 
+def test_a_pause_of_dlprofs_on_a_gpu_run_is_neither_the_users_step_nor_the_gpus_idle_time(
+        h200_run: Path, h200_paused_run: Path) -> None:
+    """The save inside ProfilerStep#16, marked as the pause it was: the host's breakdown gives it
+    to profiler, and so does the GPU's, which sat idle because dlprof held the program."""
+    before, after = step_report(dlprof.load(h200_run)), step_report(dlprof.load(h200_paused_run))
+    run = dlprof.load(h200_paused_run)
+    ((start, dur),) = run.query("SELECT start_ns, dur_ns FROM slices WHERE kind = 'profiler'").rows
+    work = run.slices[run.slices["device"] != "cpu"]
+    busy = clipped_union(work["start_ns"], work["start_ns"] + work["dur_ns"], start, start + dur)
+    host = {name: r.set_index("step").loc["ProfilerStep#16"] for name, r in (("old", before.steps),
+                                                                              ("new", after.steps))}
+    assert host["new"]["profiler_ns"] == dur and host["old"]["profiler_ns"] == 0
+    assert host["old"]["forward_ns"] - host["new"]["forward_ns"] == dur  # it held a GELU's forward
+    gpu = {name: r.set_index("step").loc["ProfilerStep#16"] for name, r in (("old", before.device_steps),
+                                                                             ("new", after.device_steps))}
+    assert gpu["new"]["profiler_ns"] == dur - busy > 0.99 * dur
+    assert gpu["old"]["idle_ns"] - gpu["new"]["idle_ns"] == dur - busy
+    assert (after.device_steps[[*PARTS, "idle_ns"]].sum(axis=1) == after.device_steps["dur_ns"]).all()
+    # The user's steps: the longest is 810 ms with the pause, under 80 ms without it.
+    assert before.statistics["max_ns"].item() > 800e6 > 80e6 > after.statistics["max_ns"].item()
+
+
 def test_an_imported_trace_with_phase_ranges_reads_its_phases(tmp_path: Path) -> None:
     """HTA's A100 trace: ``## forward ##``, ``## backward ##`` and ``## optimizer ##`` ranges on
     the main thread, autograd's ops on another; once nearly all of it read as other."""
@@ -221,12 +243,14 @@ def test_parts_across_threads_and_dlprofs_pauses(tmp_path: Path) -> None:
         op(10, "dlprof::save", 1800, 60, kind="profiler"),
         op(11, "fetch", 1200, 300, tid=3, kind="dataloader"),
         op(12, "model (Net) forward", 2000, 100, kind="module"),
+        # torch.compile compiling the forward it is called in: set-up, carved out of the forward.
+        op(13, "inductor_compile", 1010, 30, kind="compile"),
     ])
     report = step_report(run)
     step = report.steps.set_index("step").loc["ProfilerStep#1"]
     assert {p: int(step[f"{p}_ns"]) for p in StepPart} == {
-        "data_wait": 50, "forward": 250, "backward": 300, "optimizer": 140, "communication": 100,
-        "profiler": 60, "other": 100}
+        "data_wait": 50, "forward": 220, "backward": 300, "optimizer": 140, "communication": 100,
+        "compile": 30, "profiler": 60, "other": 100}
     (row,) = report.statistics.to_dict("records")
     # #0 is the warm-up; #1 and #2 count (no manifest names a partial step), and #1's user time
     # leaves dlprof's 60 ns out.

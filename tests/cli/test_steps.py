@@ -60,7 +60,7 @@ def test_json_holds_statistics_breakdown_and_the_slowest(dataloader_run: Path,
     document = json.loads(out)
     assert document["statistics"][0]["steps"] == 5
     assert [part["part"] for part in document["breakdown"]] == [
-        "data_wait", "forward", "backward", "optimizer", "communication", "profiler", "other"]
+        "data_wait", "forward", "backward", "optimizer", "communication", "compile", "profiler", "other"]
     assert document["device_breakdown"] == []  # no GPU work
     slowest = document["steps"]
     assert len(slowest) == 2 and slowest[0]["dur_ns"] >= slowest[1]["dur_ns"]
@@ -87,7 +87,7 @@ def test_the_report_counts_steps_as_steps_does(dataloader_run: Path) -> None:
     assert [row[4] for row in steps["rows"]] == [StepStatus.WARMUP, *[StepStatus.COUNTED] * 5, StepStatus.PARTIAL]
     statistics = dict(zip(steps["statistics"]["columns"], steps["statistics"]["rows"][0], strict=True))
     assert statistics["steps"] == 5 and statistics["partial"] == 1
-    assert len(steps["breakdown"]["rows"]) == len(StepPart) == 7  # profiler among them
+    assert len(steps["breakdown"]["rows"]) == len(StepPart) == 8  # compile and profiler among them
 
 
 def test_data_wait_survives_an_export_and_import(dataloader_run: Path, tmp_path: Path,

@@ -159,6 +159,74 @@ def test_no_warning_about_dlprofs_global_hooks(tmp_path: Path) -> None:
     assert not [w for w in caught if "global hooks" in str(w.message)]
 
 
+def test_compiling_is_set_apart_from_the_ops_in_a_recorded_run(tmp_path: Path) -> None:
+    """Dynamo's phases in dlprof's own recording are kind compile (they were ops among aten's, at
+    the top of top): top lists them with --kind compile only, and the first step's breakdown
+    gives them a part of their own, carved out of the forward they compile in."""
+    from dlprof.analysis.aggregate import top
+    from dlprof.analysis.steps import step_report
+
+    _train("module", "eager", 3, _session(tmp_path / "run", ("torch", "layers")))
+    run = dlprof.load(tmp_path / "run")
+    kinds = run.slices.groupby("kind")["name"].agg(set)
+    assert {"dynamo", "bytecode_tracing", "_compile.compile_inner (dynamo_timed)"} <= kinds["compile"]
+    assert not any(name.endswith("(dynamo_timed)") for name in kinds["op"])
+    assert {"Torch-Compiled Region: 0/0", "TorchDynamo Cache Lookup"} <= kinds["op"]  # running, not compiling
+    assert not set(top(run, limit=None)["name"]) & kinds["compile"]
+    assert "dynamo" in set(top(run, kind="compile")["name"])
+    report = step_report(run)
+    first = report.steps.iloc[0]
+    compiling = run.slices.loc[run.slices["name"] == "dynamo", "dur_ns"].sum()
+    assert first["compile_ns"] >= compiling > 0 and first["forward_ns"] < first["dur_ns"] - compiling
+    assert (report.steps.iloc[1:]["compile_ns"] == 0).all()
+    parts = [c for c in report.steps.columns if c.endswith("_ns") and c not in ("start_ns", "dur_ns")]
+    assert (report.steps[parts].sum(axis=1) == report.steps["dur_ns"]).all()
+
+
+def _inside(x: Any) -> Any:
+    with dlprof.region("inside"):
+        y = torch.relu(x)
+    return y * 2
+
+
+@dlprof.region("decorated")
+def _decorated(x: Any) -> Any:
+    return torch.sin(x)
+
+
+def _calls_decorated(x: Any) -> Any:
+    return _decorated(x) * 2
+
+
+@pytest.mark.parametrize("function", [_inside, _calls_decorated], ids=["with", "decorator"])
+def test_a_region_inside_compiled_code_adds_no_graph_break(tmp_path: Path, function: Callable[[Any], Any]) -> None:
+    """A region inside a compiled function does nothing while Dynamo traces it: the same graphs
+    as without a session, none broken (before, Dynamo broke the graph at the region's clock and
+    thread readings, or gave up on the frame), and only the region around the compiled call
+    recorded. Compiled before the session started, it is not compiled again inside it."""
+    def program(out: Path | None) -> dict[str, dict[str, int]]:
+        torch._dynamo.reset()
+        counters.clear()
+        compiled, x = torch.compile(function, backend="eager"), torch.randn(8)
+        compiled(x)  # compiled with no session recording
+        if out is None:
+            for _ in range(3):
+                with dlprof.region("around"):
+                    compiled(x)
+        else:
+            with dlprof.profile(out=out, collectors=["host"]):
+                for _ in range(3):
+                    with dlprof.region("around"):
+                        compiled(x)
+        return {name: dict(counters[name]) for name in (*COMPILE_COUNTERS, "recompiles")}
+
+    plain = program(None)
+    assert program(tmp_path / "run") == plain
+    assert plain["stats"]["unique_graphs"] == 1 and not plain["graph_break"] and not plain["recompiles"]
+    run = dlprof.load(tmp_path / "run")
+    assert run.slices[run.slices["kind"] == "region"]["name"].value_counts().to_dict() == {"around": 3}
+
+
 RANGE_CUT_IN_COMPILE = """
 import sys
 import torch
@@ -259,6 +327,8 @@ def test_the_compiled_mlp_runs_under_dlprof_run_as_under_python(tmp_path: Path, 
     by_kind = slices.groupby("kind")["name"].agg(set)
     assert "aten::addmm" in by_kind["op"]
     assert {"Torch-Compiled Region: 0/0", "CompiledFunction", "CompiledFunctionBackward"} <= by_kind["op"]
+    # Inductor compiling (forward, then backward at the first backward) is set apart from the ops.
+    assert {"inductor_compile", "compile_fx_inner (dynamo_timed)", "backend_compile"} <= by_kind["compile"]
     assert "Sequential (Sequential) forward" in by_kind["module"]
     # The compiled region runs inside the compiled module's layer slice.
     rows = slices.set_index("id")

@@ -13,7 +13,7 @@ class InputBound(Rule):
     name = "input-bound"
     title = "Input-bound: steps wait for the next batch"
     needs = (Need.STEPS,)
-    threshold = (f"data wait >= {HIGH_SHARE:.0%} of the step time: high; "
+    threshold = (f"data wait >= {HIGH_SHARE:.0%} of the step time (less dlprof's pauses): high; "
                  f"{MODERATE_SHARE:.0%} to {HIGH_SHARE:.0%}: moderate")
     stake_basis = "the data wait of the counted steps, summed: all of it is gained if batches are ready in time"
     fix = ("Load batches ahead of the loop: DataLoader(num_workers=N, pin_memory=True, "
@@ -24,7 +24,7 @@ class InputBound(Rule):
 
     def check(self, data: RunData) -> Finding | None:
         steps = data.counted_steps
-        wait, total = float(steps["data_wait_ns"].sum()), float(steps["dur_ns"].sum())
+        wait, total = float(steps["data_wait_ns"].sum()), float(steps["user_ns"].sum())
         share = wait / total if total else 0.0
         if share < MODERATE_SHARE:
             return None
@@ -32,8 +32,8 @@ class InputBound(Rule):
         rows = steps.to_dict("records")
         evidence = evidence_of(
             rows, lambda s: f"rank {s['rank']} {s['step']}",
-            lambda s: f"waited {duration(s['data_wait_ns'])} of {duration(s['dur_ns'])} "
-                      f"({percent(s['data_wait_ns'], s['dur_ns'])})",
+            lambda s: f"waited {duration(s['data_wait_ns'])} of {duration(s['user_ns'])} "
+                      f"({percent(s['data_wait_ns'], s['user_ns'])})",
             lambda s: s["data_wait_ns"])
         summary = (f"data wait is {share:.1%} of the time of {len(steps)} counted steps "
                    f"({duration(wait)} of {duration(total)})")

@@ -15,7 +15,8 @@ class MemoryHeadroom(Rule):
     title = "GPU memory far below the device's: room for a larger batch"
     needs = (Need.DEVICE, Need.MEMORY, Need.DEVICE_PROPERTIES)
     threshold = f"peak allocated memory < {LOW_SHARE:.0%} of the GPU's memory"
-    stake_basis = ("the GPU's idle time in the counted steps: a larger batch fills it with work, at most "
+    stake_basis = ("the GPU's own idle time in the counted steps (dlprof's pauses left out): a larger batch "
+                   "fills it with work, at most "
                    "all of it (an upper bound); the same time low utilisation claims, so only one of them "
                    "counts it")
     fix = ("Raise the batch size until the peak nears the device's memory (scale the learning rate "

@@ -17,7 +17,8 @@ class SynchronousDataLoader(Rule):
     name = "synchronous-dataloader"
     title = "DataLoader without workers loads batches in the training loop"
     needs = (Need.STEPS,)
-    threshold = f"single-process DataLoader iteration taking >= {MIN_SHARE:.0%} of the steps' time"
+    threshold = (f"single-process DataLoader iteration taking >= {MIN_SHARE:.0%} of the steps' time "
+                 "(less dlprof's pauses)")
     stake_basis = "the time the loop spent iterating single-process DataLoaders: workers load batches meanwhile"
     fix = ("Give the DataLoader workers: DataLoader(..., num_workers=N) with N up to the CPU cores per "
            "GPU, persistent_workers=True so they live across epochs, pin_memory=True for GPU training.")
@@ -27,8 +28,9 @@ class SynchronousDataLoader(Rule):
         if not data.kinds & {Kind.DATA_WAIT, Kind.DATALOADER}:
             raise Skip("needs DataLoader activity (data_wait or dataloader slices)")
         loading = data.named(SINGLE_PROCESS, Kind.DATA_WAIT)
-        # Batches of every step, warm-up too: the loader's cost is the same in each.
-        total = float(data.steps.steps["dur_ns"].sum())
+        # Batches of every step, warm-up too: the loader's cost is the same in each. The steps'
+        # time is the user's: dlprof's pauses would make the loading look cheaper than it is.
+        total = float(data.all_steps["user_ns"].sum())
         spent = float(loading["dur_ns"].sum())
         if loading.empty or spent < MIN_SHARE * total:
             return None
