@@ -167,6 +167,10 @@ class CollectorSet:
         for collector in list(self._running):
             try:
                 collector.save()
+            except OSError:
+                # A write that failed (a full disk) is the whole recording's, not this collector's:
+                # the session stops recording and says why once (recording/failures.py).
+                raise
             except Exception as failure:  # noqa: BLE001  never the program's error
                 self._drop(collector, "failed while saving", failure)
 
