@@ -10,6 +10,8 @@ Regions nest, work in any thread, and cost one clock reading on entry and one ap
 with no session recording they cost a function call. A region still open when the session saves
 is handed over as open, so what it holds nests under it even when it spans many saves. With CPU counters configured, each
 boundary also reads the counters (one read(2) per counter) and the deltas become metrics rows.
+A failure of dlprof's there (a counter that cannot be read) stops the recording
+(``Session.stop_recording``); the block itself is the program's, and what it raises passes on.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ class region(ContextDecorator):
         if session is not None and session.recording:
             self._session = session
             reader = session.counter_reader
-            # Counters are read outside the timed interval, so reading them is not region time.
-            self._counts = reader() if reader is not None else None
+            try:
+                # Counters are read outside the timed interval, so reading them is not region time.
+                self._counts = reader() if reader is not None else None
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                session.stop_recording(failure)
+                self._start = -1
+                return self
             self._tid = threading.get_native_id()
             self._id = -1  # a save that finds the region open gives it one
             session.open_regions[id(self)] = self
@@ -62,12 +69,15 @@ class region(ContextDecorator):
             end = time.perf_counter_ns()
             session = self._session
             session.open_regions.pop(id(self), None)
-            slice_id = session.slices.record(session.region_kind, session.slices.intern(self.name),
-                                             self._tid, self._start, end, -1, self._id)
-            counts = self._counts
-            if counts is not None:
-                reader = session.counter_reader
-                session.record_counts(slice_id, counts, reader() if reader is not None else ())
+            try:
+                slice_id = session.slices.record(session.region_kind, session.slices.intern(self.name),
+                                                 self._tid, self._start, end, -1, self._id)
+                counts = self._counts
+                if counts is not None:
+                    reader = session.counter_reader
+                    session.record_counts(slice_id, counts, reader() if reader is not None else ())
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                session.stop_recording(failure)
             self._start = -1
             if session.save_waiting:
                 session.save_waited()
