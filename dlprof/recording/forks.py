@@ -116,6 +116,12 @@ class ForkFollower:
             except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
                 self.stop_on_failure(failure)
 
+    def collector_failed(self, failure: BaseException) -> None:
+        """In a child: a collector's hook failed here. What the child recorded before is saved,
+        then its recording stops (:meth:`stop_on_failure`)."""
+        self.save()
+        self.stop_on_failure(failure)
+
     def stop_on_failure(self, failure: BaseException) -> None:
         """In a child: dlprof failed here (a save, a collector's hook, following the fork): say
         so in one line, once, and record nothing more; the child goes on."""

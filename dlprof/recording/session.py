@@ -175,7 +175,7 @@ class Session:
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
             on_late_start=self._started_late, degraded=self.manifest.degraded,
-            asked=asked_for(config), strict=config.strict, failed_in_fork=self.forks.stop_on_failure,
+            asked=asked_for(config), strict=config.strict, failed_in_fork=self.forks.collector_failed,
         )
 
     @property

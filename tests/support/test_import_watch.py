@@ -34,7 +34,7 @@ def raised_by_import(name: str) -> tuple[BaseException, list[tuple[str, str]]]:
     """What importing ``name`` raises, and its traceback's frames outside importlib's."""
     try:
         importlib.import_module(name)
-    except Exception as error:  # noqa: BLE001  whatever the program's module raises
+    except Exception as error:  # whatever the program's module raises
         sys.modules.pop(name, None)
         frames = traceback.extract_tb(error.__traceback__)
         return error, [(f.filename, f.name) for f in frames if "importlib" not in f.filename]
