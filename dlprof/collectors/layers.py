@@ -77,7 +77,7 @@ class LayersCollector(Collector):
         self._record_counts = context.record_counts
         self._outside_dynamo = keep_out_of_dynamo([
             LayersCollector._pre_forward.__code__, LayersCollector._post_forward.__code__,
-            *nested_codes(_watch_backward),
+            *nested_codes(_watch_backward), _end.__code__,
         ])
         warnings.filterwarnings("ignore", message=COMPILED_MODULE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
@@ -302,25 +302,26 @@ def _watch_backward(call: list[Any], node: Any, input_node: Any,
 
         def reached_input(grad_outputs: Any) -> None:
             if call[_END] == 0:
-                try:
-                    call[_END] = time.perf_counter_ns()
-                    if reader is not None:
-                        call[_END_COUNTS] = reader()
-                except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
-                    failed("its backward hook", failure)
+                _end(call, _END, _END_COUNTS, reader, failed)
 
         input_node.register_prehook(reached_input)
     else:
 
         def node_done(grad_inputs: Any, grad_outputs: Any) -> None:
-            try:
-                call[_NODE_END] = time.perf_counter_ns()
-                if reader is not None:
-                    call[_NODE_END_COUNTS] = reader()
-            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
-                failed("its backward hook", failure)
+            _end(call, _NODE_END, _NODE_END_COUNTS, reader, failed)
 
         node.register_hook(node_done)
+
+
+def _end(call: list[Any], end: int, counts: int, reader: Callable[[], tuple[int, ...]] | None,
+         failed: Callable[[str, BaseException], None]) -> None:
+    """Keep the time now, then the counters, in ``call[end]`` and ``call[counts]``."""
+    try:
+        call[end] = time.perf_counter_ns()
+        if reader is not None:
+            call[counts] = reader()
+    except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+        failed("its backward hook", failure)
 
 
 def _first_grad_fn(values: tuple[Any, ...]) -> Any:

@@ -14,19 +14,11 @@ from dlprof.config import ProfileConfig
 from dlprof.keys import RunStatus
 from dlprof.recording.runner import Target, run_target
 from tests.conftest import needs_counters
-from tests.tensorflow_runs import BATCH, BATCHES, EXAMPLE
+from tests.tensorflow_runs import BATCH, BATCHES, EXAMPLE_PROGRAM
 
 pytestmark = pytest.mark.tf
 
-PROGRAM = f"""
-    import importlib.util, sys
-    spec = importlib.util.spec_from_file_location("example", {str(EXAMPLE)!r})
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    keras = example.keras
-    x, y = example.synthetic_data({BATCH * BATCHES}, 32, 10)
-    model = example.build_model(32, 10, 64)
-
+PROGRAM = EXAMPLE_PROGRAM + """
     class Batches(keras.callbacks.Callback):
         seen = 0
         def on_train_batch_end(self, batch, logs=None):
