@@ -180,7 +180,7 @@ def _numbers(logs: dict[str, Any] | None) -> list[tuple[str, float]]:
     for name, value in (logs or {}).items():
         try:
             found.append((str(name), float(value)))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # not a number, or past a float's range
             continue
     return found
 

@@ -40,6 +40,9 @@ from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
 from dlprof.text import printable
 
+# The names of dlprof's own threads (samplers, the save watchdog).
+OWN_THREADS = "dlprof"
+
 
 class CollectorError(Exception):
     """Under ``strict``: a collector cannot record (the message says which and why, on one line)."""
@@ -108,6 +111,7 @@ class CollectorSet:
         self._step = 0  # the steps begun, for the reasons failures give
         # Hooks fail on any thread (autograd's, a DataLoader's): one of them stops the collector.
         self._failures = threading.Lock()
+        self._failed_on_own_thread: list[Collector] = []
 
     def __iter__(self) -> Iterator[Collector]:
         return iter(list(self._running))
@@ -286,17 +290,25 @@ class CollectorSet:
 
     def _drop(self, collector: Collector, where: str, failure: BaseException) -> None:
         """A collector whose save, step or hook failed records no more: stopped now, as well as
-        it can be, with one line on stderr and a reason in ``degraded``."""
+        it can be, with one line on stderr and a reason in ``degraded``. One that failed on a
+        thread of its own (a sampler's, whose loop has ended) is stopped with the others
+        instead, so that what it took before is saved as theirs is."""
+        on_own_thread = threading.current_thread().name.startswith(OWN_THREADS)
         with self._failures:
-            if collector not in self._running:
+            if collector not in self._running or collector in self._failed_on_own_thread:
                 return  # stopped already: its hooks may still fail once more on another thread
-            self._running.remove(collector)
-            self._dropped.append(collector)
+            if on_own_thread:
+                self._failed_on_own_thread.append(collector)
+            else:
+                self._running.remove(collector)
+                self._dropped.append(collector)
         reason = source_stopped_reason(f"{collector.name} collector", where, failure, self._step)
         info = self._info(collector.name)
         info.notes.append(reason)
         info.active = False
         say_stopped(reason, self._degraded)
+        if on_own_thread:
+            return
         try:
             collector.stop()
         except Exception as second:  # noqa: BLE001  already failed: only noted
