@@ -34,7 +34,7 @@ from typing import Any
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class, cupti_owner, default_collectors, in_start_order
 from dlprof.config import ProfileConfig
-from dlprof.recording.failures import failure_words, say_stopped, source_stopped_reason
+from dlprof.recording.failures import disk_full, failure_words, say_stopped, source_stopped_reason
 from dlprof.schedule import Action
 from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
@@ -174,7 +174,9 @@ class CollectorSet:
         for collector in list(self._running):
             try:
                 collector.on_step(step, previous, action)
-            except Exception as failure:  # noqa: BLE001  never the program's error
+            except Exception as failure:  # never the program's error
+                if disk_full(failure):
+                    raise  # the run's, not this collector's: the session stops the recording
                 self._drop(collector, f"the start of step {step}", failure)
 
     def save_would_split(self) -> bool:
@@ -184,7 +186,9 @@ class CollectorSet:
         for collector in list(self._running):
             try:
                 collector.save()
-            except Exception as failure:  # noqa: BLE001  never the program's error
+            except Exception as failure:  # never the program's error
+                if disk_full(failure):
+                    raise  # the run's, not this collector's: the session stops the recording
                 self._drop(collector, "its save", failure)
 
     def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:

@@ -93,11 +93,17 @@ def say_stopped(reason: str, degraded: list[str]) -> None:
     print(f"dlprof: {printable(reason)}; the program goes on", file=sys.stderr)
 
 
+def disk_full(failure: BaseException) -> bool:
+    """Whether ``failure`` is a write that found no room (the whole run's failure, whichever
+    collector met it first)."""
+    return isinstance(failure, OSError) and failure.errno in DISK_FULL
+
+
 def failure_words(failure: BaseException) -> str:
     """What went wrong in a few words: ``disk full``, ``write error (<file>: <reason>)`` for a
     file that could not be written, ``I/O error (<reason>)`` for one that names no file (a
     counter that could not be read), or ``recording failed (<exception>: <message>)``."""
-    if isinstance(failure, OSError) and failure.errno in DISK_FULL:
+    if disk_full(failure):
         return "disk full"
     if isinstance(failure, OSError):
         return f"{'write' if failure.filename else 'I/O'} error ({os_error_text(failure)})"
