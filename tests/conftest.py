@@ -226,3 +226,39 @@ def dataloader_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # The CUPTI tests need NVIDIA's cupti-python; without it they skip, saying so.
 HAS_CUPTI = importlib.util.find_spec("cupti") is not None
 needs_cupti = pytest.mark.skipif(not HAS_CUPTI, reason="cupti-python is not installed (dlprof[gpu])")
+
+
+def needs_counters() -> None:
+    """Skip the test, saying why, where perf_event_open cannot count."""
+    from dlprof.support.perf_event import PerfCounters
+
+    probe = PerfCounters(["task-clock"])
+    probe.close()
+    if probe.failed:
+        pytest.skip(f"perf_event_open cannot count here: {probe.failed}")
+
+
+def blind_counters() -> None:
+    """Point this process's perf_event descriptors at /dev/null, as a program that redirects the
+    descriptors it did not open does: every counter reading fails from then on (nothing is read)."""
+    import os
+
+    blinded = 0
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{name}")
+            except OSError:
+                continue
+            if target == "anon_inode:[perf_event]":
+                os.dup2(null, int(name))
+                blinded += 1
+    finally:
+        os.close(null)
+    assert blinded, "no perf_event descriptor to point away"
+
+
+def dlprof_lines(err: str) -> list[str]:
+    """The lines dlprof wrote among a program's stderr."""
+    return [line for line in err.splitlines() if line.startswith("dlprof: ")]

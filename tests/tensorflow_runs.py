@@ -28,6 +28,16 @@ EXAMPLE = ROOT / "examples" / "keras_mlp.py"
 SAMPLES, BATCH = 256, 32
 BATCHES = SAMPLES // BATCH  # per epoch
 EPOCHS = 2  # of keras_run
+# The head of a script run under `dlprof run` that trains the example: its model and data.
+EXAMPLE_PROGRAM = f"""
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("example", {str(EXAMPLE)!r})
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    keras = example.keras
+    x, y = example.synthetic_data({BATCH * BATCHES}, 32, 10)
+    model = example.build_model(32, 10, 64)
+"""
 
 
 def tensorflow() -> ModuleType:

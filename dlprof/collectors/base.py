@@ -2,7 +2,17 @@
 
 A collector that cannot work here says why once, from ``available()``, and the run goes on
 without it. One that stops recording while the program runs (another profiler took its place)
-says why in ``degraded``: the run is then not complete. Collectors write only through the sink in their context. What a collector is (its
+says why in ``degraded``: the run is then not complete. A collector's hooks run inside the
+program's own calls (a module's forward, the optimizer's step, a DataLoader's fetch): each
+catches its own failures, never the program's, and hands them to :attr:`Collector.hook_failed`,
+which stops the collector there::
+
+    def _pre_forward(self, module, args):
+        try:
+            ...                                   # dlprof's work only
+        except Exception as failure:              # never the program's: it is not called here
+            self.hook_failed("its forward pre-hook", failure)
+ Collectors write only through the sink in their context. What a collector is (its
 name, the framework it waits for, whether it is in the default set, when it starts) are class
 attributes, which :mod:`dlprof.collectors.registry` and the session read.
 """
@@ -124,6 +134,16 @@ class Collector(ABC):
         # Why what it recorded is not the whole run, a line each (it stopped recording at step 12
         # because...): the session's manifest lists them, and the run reads as degraded.
         self.degraded: list[str] = []
+        # Told by its hooks when they fail inside the program's call (what failed, "its forward
+        # pre-hook", and the exception): the session's collector set stops it there and says why.
+        self.hook_failed: Callable[[str, BaseException], None] = self._failed_alone
+
+    def _failed_alone(self, where: str, failure: BaseException) -> None:
+        """A hook failed with no session to stop this collector (one started on its own): the
+        failure is kept in ``degraded`` once, and never raised into the program."""
+        line = f"failed in {where}: {type(failure).__name__}: {failure}"
+        if line not in self.degraded:
+            self.degraded.append(line)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

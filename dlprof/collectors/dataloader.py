@@ -6,6 +6,11 @@ wait for the next batch). This collector times the other side: each worker's fet
 shows on the timeline as the worker that was still busy. Workers forked after the session
 started record into their own copy of the session (see :mod:`dlprof.recording.forks`); with
 ``num_workers=0`` the fetch runs in the loop's own thread and is timed there.
+
+The fetch itself is the program's (its dataset, its collate): what it raises passes through
+untouched. What dlprof does around it is guarded: a failure there stops the collector
+(``Collector.hook_failed``; in a worker, the worker's recording) and the batch goes to the
+program as fetched.
 """
 
 from __future__ import annotations
@@ -35,16 +40,20 @@ class DataLoaderCollector(Collector):
         slices = context.slices
         kind, name = slices.kind_code(Kind.DATALOADER), slices.intern(FETCH)
         saved = context.save_if_full
+        collector = self
         self._patched: list[tuple[type, Any]] = []
         for fetcher in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
             original = fetcher.fetch
 
             def timed_fetch(self: Any, indices: Any, _original: Any = original) -> Any:
                 start = time.perf_counter_ns()
-                batch = _original(self, indices)
-                end = time.perf_counter_ns()
-                slices.record(kind, name, threading.get_native_id(), start, end, batch_bytes(batch))
-                saved()
+                batch = _original(self, indices)  # the program's: what it raises is its own
+                try:
+                    end = time.perf_counter_ns()
+                    slices.record(kind, name, threading.get_native_id(), start, end, batch_bytes(batch))
+                    saved()
+                except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                    collector.hook_failed("its DataLoader fetch wrapper", failure)
                 return batch
 
             fetcher.fetch = timed_fetch  # type: ignore[method-assign]
@@ -57,7 +66,11 @@ class DataLoaderCollector(Collector):
 
 
 def batch_bytes(batch: Any, depth: int = _BATCH_DEPTH) -> int:
-    """Bytes of the tensors in a batch (tuples, lists and dicts of them, as collate makes)."""
+    """Bytes of the tensors in a batch (tuples, lists and dicts of them, as collate makes); a
+    sparse COO tensor's are those of its indices and values."""
+    if getattr(batch, "is_sparse", False) is True and hasattr(batch, "_values"):
+        # torch has no nbytes for a sparse tensor (it raises): its parts have.
+        return int(batch._indices().nbytes + batch._values().nbytes)
     nbytes = getattr(batch, "nbytes", None)
     if isinstance(nbytes, int):
         return nbytes

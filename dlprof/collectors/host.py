@@ -81,7 +81,8 @@ class HostCollector(Collector):
             self._reader = PsutilReader()
         # The last sample already saved, (time, readings): the next one's rates start there.
         self._previous: tuple[int, np.ndarray] | None = None
-        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-host")
+        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-host",
+                                     lambda failure: self.hook_failed("its sampler thread", failure))
         self._samples.start()
 
     def stop(self) -> None:

@@ -77,7 +77,7 @@ class LayersCollector(Collector):
         self._record_counts = context.record_counts
         self._outside_dynamo = keep_out_of_dynamo([
             LayersCollector._pre_forward.__code__, LayersCollector._post_forward.__code__,
-            *nested_codes(_watch_backward),
+            *nested_codes(_watch_backward), _end.__code__,
         ])
         warnings.filterwarnings("ignore", message=COMPILED_MODULE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
@@ -134,56 +134,70 @@ class LayersCollector(Collector):
         # _recording would recompile at each change of the schedule).
         if self._compiling() or not self._recording:
             return
+        # The module's own code runs outside this hook: what raises here is dlprof's (a try costs
+        # nothing until something is raised).
         try:
-            stack: list[tuple[int, list[Any], Any]] = self._local.stack
-        except AttributeError:
-            stack = self._local.stack = []
-        if (self._compiled and id(module) in self._compiled and stack
-                and getattr(stack[-1][2], _COMPILED_ORIGINAL, None) is module):
-            return  # called by its torch.compile wrapper, timed as this layer already
-        codes = self._codes(module)
-        if not stack and codes is None:
-            # The outermost module names every layer below it by its path.
-            top = _class_name(module)
-            for path, child in module.named_modules():
-                self._name(child, _layer_path(path) or top)
-        elif codes is not None and self._slices.is_throttled(codes[0]):
-            self._slices.count_untimed(codes[0])  # counted, not traced (as TAU throttles)
-            return
-        call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), (), -1]
-        self._calls.append(call)
-        reader = self._reader
-        if reader is not None:
-            call[_FORWARD_COUNTS] = reader()
-        stack.append((time.perf_counter_ns(), call, module))
+            try:
+                stack: list[tuple[int, list[Any], Any]] = self._local.stack
+            except AttributeError:
+                stack = self._local.stack = []
+            if (self._compiled and id(module) in self._compiled and stack
+                    and getattr(stack[-1][2], _COMPILED_ORIGINAL, None) is module):
+                return  # called by its torch.compile wrapper, timed as this layer already
+            codes = self._codes(module)
+            if not stack and codes is None:
+                # The outermost module names every layer below it by its path.
+                top = _class_name(module)
+                for path, child in module.named_modules():
+                    self._name(child, _layer_path(path) or top)
+            elif codes is not None and self._slices.is_throttled(codes[0]):
+                self._slices.count_untimed(codes[0])  # counted, not traced (as TAU throttles)
+                return
+            call = [stack[-1][1] if stack else None, -1, 0, 0, 0, 0, _first_grad_fn(args), (), (), (), (), -1]
+            self._calls.append(call)
+            reader = self._reader
+            if reader is not None:
+                call[_FORWARD_COUNTS] = reader()
+            stack.append((time.perf_counter_ns(), call, module))
+        except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+            self._stop_hooks("its forward pre-hook", failure)
 
     def _post_forward(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if self._compiling():
             return
-        stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
-        if not stack or stack[-1][2] is not module:
-            return  # recording began inside this module's forward, or the module is throttled
-        end = time.perf_counter_ns()
-        start, call, _ = stack.pop()
-        codes = self._codes(module) or self._name(module, _class_name(module))
-        reader = self._reader
-        after = reader() if reader is not None else ()
-        slice_id = self._slices.record(
-            self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output),
-            call[_FORWARD_ID],
-        )
-        if slice_id < 0:  # throttled from this call on: no backward either
-            call[_NAME] = -1
-            call[_INPUT_NODE] = None
-            return
-        if reader is not None:
-            self._record_counts(slice_id, call[_FORWARD_COUNTS], after)
-            call[_FORWARD_COUNTS] = ()
-        call[_NAME] = codes[1]
-        input_node = call[_INPUT_NODE]
-        call[_INPUT_NODE] = None  # do not keep the graph alive
-        if self._grad_enabled():
-            _watch_backward(call, _first_grad_fn((output,)), input_node, reader)
+        try:
+            stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
+            if not stack or stack[-1][2] is not module:
+                return  # recording began inside this module's forward, or the module is throttled
+            end = time.perf_counter_ns()
+            start, call, _ = stack.pop()
+            codes = self._codes(module) or self._name(module, _class_name(module))
+            reader = self._reader
+            after = reader() if reader is not None else ()
+            slice_id = self._slices.record(
+                self._kind, codes[0], threading.get_native_id(), start, end, _tensor_bytes(output),
+                call[_FORWARD_ID],
+            )
+            if slice_id < 0:  # throttled from this call on: no backward either
+                call[_NAME] = -1
+                call[_INPUT_NODE] = None
+                return
+            if reader is not None:
+                self._record_counts(slice_id, call[_FORWARD_COUNTS], after)
+                call[_FORWARD_COUNTS] = ()
+            call[_NAME] = codes[1]
+            input_node = call[_INPUT_NODE]
+            call[_INPUT_NODE] = None  # do not keep the graph alive
+            if self._grad_enabled():
+                _watch_backward(call, _first_grad_fn((output,)), input_node, reader, self._stop_hooks)
+        except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+            self._stop_hooks("its forward hook", failure)
+
+    def _stop_hooks(self, where: str, failure: BaseException) -> None:
+        """A hook failed: the hooks stop timing at once (on every thread), and the session
+        stops the collector and says why."""
+        self._recording = False
+        self.hook_failed(where, failure)
 
     def _codes(self, module: Any) -> tuple[int, int] | None:
         entry = self._names.get(id(module))
@@ -262,40 +276,52 @@ def _layer_path(path: str) -> str:
 
 
 def _watch_backward(call: list[Any], node: Any, input_node: Any,
-                    reader: Callable[[], tuple[int, ...]] | None) -> None:
+                    reader: Callable[[], tuple[int, ...]] | None,
+                    failed: Callable[[str, BaseException], None]) -> None:
     """Time a call's backward: from its output's node starting to its input's node being reached.
 
     A call whose input needs no gradient has no input node; then its own node's end closes it.
-    With a counter ``reader``, the counters are read at the same two moments.
+    With a counter ``reader``, the counters are read at the same two moments. The autograd
+    hooks run inside the program's ``backward()``: a failure of theirs goes to ``failed``.
     """
     if node is None:
         return
 
     def started(grad_outputs: Any) -> None:
         if call[_START] == 0:
-            if reader is not None:
-                call[_START_COUNTS] = reader()
-            call[_START] = time.perf_counter_ns()
-            call[_TID] = threading.get_native_id()
+            try:
+                if reader is not None:
+                    call[_START_COUNTS] = reader()
+                call[_START] = time.perf_counter_ns()
+                call[_TID] = threading.get_native_id()
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                failed("its backward hook", failure)
 
     node.register_prehook(started)
     if input_node is not None and input_node is not node:
 
         def reached_input(grad_outputs: Any) -> None:
             if call[_END] == 0:
-                call[_END] = time.perf_counter_ns()
-                if reader is not None:
-                    call[_END_COUNTS] = reader()
+                _end(call, _END, _END_COUNTS, reader, failed)
 
         input_node.register_prehook(reached_input)
     else:
 
         def node_done(grad_inputs: Any, grad_outputs: Any) -> None:
-            call[_NODE_END] = time.perf_counter_ns()
-            if reader is not None:
-                call[_NODE_END_COUNTS] = reader()
+            _end(call, _NODE_END, _NODE_END_COUNTS, reader, failed)
 
         node.register_hook(node_done)
+
+
+def _end(call: list[Any], end: int, counts: int, reader: Callable[[], tuple[int, ...]] | None,
+         failed: Callable[[str, BaseException], None]) -> None:
+    """Keep the time now, then the counters, in ``call[end]`` and ``call[counts]``."""
+    try:
+        call[end] = time.perf_counter_ns()
+        if reader is not None:
+            call[counts] = reader()
+    except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+        failed("its backward hook", failure)
 
 
 def _first_grad_fn(values: tuple[Any, ...]) -> Any:

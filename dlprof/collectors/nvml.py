@@ -164,7 +164,8 @@ class NvmlCollector(Collector):
             self.notes.append("NVML sees no GPU")
         self._samples: list[Sample] = []
         self._lock = threading.Lock()
-        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-nvml")
+        self._sampler = PeriodicSampler(self._sample, context.config.host_interval_s, "dlprof-nvml",
+                                        lambda failure: self.hook_failed("its sampler thread", failure))
         self._sampler.start()
 
     def _sample(self) -> None:
@@ -176,7 +177,7 @@ class NvmlCollector(Collector):
 
     def stop(self) -> None:
         self._sampler.stop()
-        if self._handles:
+        if self._handles and not self._sampler.failed:
             self._sample()
         self.save()
         for index, unsupported in enumerate(self._unsupported):

@@ -11,11 +11,18 @@ An optimizer's step traced by torch.compile (a compiled training step) ends no s
 the wrapper test ``torch.compiler.is_compiling()`` first and do nothing when Dynamo traces them,
 so the compiled code holds no trace of dlprof; such a program ends its steps with
 ``dlprof.step()`` outside the compiled function.
+
+The wrapper is a method bound to the optimizer, as the step it replaces is: an LR scheduler
+created after the first step wraps ``optimizer.step.__func__`` in turn. The optimizer's own step
+runs outside the hook's and the wrapper's ``try``, so its exceptions reach the program as they
+are; a failure of dlprof's part stops this collector (``Collector.hook_failed``), and the
+wrapper then only calls the step.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 from dlprof.collectors.base import Collector, CollectorContext, StepSource
@@ -42,52 +49,65 @@ class OptimizerSteps(Collector):
                 context.step()
 
         self._step = step
+        self._live = True  # False once stopped: a wrapper left in place only calls the step
         self._driver: Any = None
         self._wrapped: list[Any] = []
         # The wrapper of the optimizer's step is left to Dynamo (what it calls is the program's).
         self._outside_dynamo = keep_out_of_dynamo([step.__code__, OptimizerSteps._first_sight.__code__,
-                                                   *(code for code in nested_codes(OptimizerSteps._first_sight)
+                                                   OptimizerSteps._wrap.__code__,
+                                                   *(code for code in nested_codes(OptimizerSteps._wrap)
                                                      if code.co_name != "step_then_mark")])
         self._handle = register_optimizer_step_pre_hook(self._first_sight)
 
     def _first_sight(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._compiling():
             return
-        if self._driver is None:
-            self._driver = optimizer
-        if optimizer is self._driver and _WRAPPED not in optimizer.__dict__:
-            original = optimizer.step
-            end_step = self._step
-            compiling = self._compiling
+        try:
+            if self._driver is None:
+                self._driver = optimizer
+            if optimizer is self._driver and _WRAPPED not in optimizer.__dict__:
+                self._wrap(optimizer)
+        except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+            self.hook_failed("its optimizer step pre-hook", failure)
 
-            @functools.wraps(original)
-            def step_then_mark(*a: Any, **k: Any) -> Any:
-                result = original(*a, **k)
-                if not compiling():
-                    end_step()
-                return result
+    def _wrap(self, optimizer: Any) -> None:
+        original = optimizer.step
+        end_step = self._step
+        compiling = self._compiling
+        collector = self
 
-            # This call is already under way: end its step from inside, this once.
-            once: Any = None
+        @functools.wraps(original)
+        def step_then_mark(optimizer: Any, *a: Any, **k: Any) -> Any:
+            result = original(*a, **k)  # the program's step: what it raises is the program's
+            if not compiling() and collector._live:
+                end_step()  # the session's: never raises
+            return result
 
-            def end_first_step(*_: Any) -> None:
-                if compiling():
-                    return
-                once.remove()
+        # This call is already under way: end its step from inside, this once.
+        once: Any = None
+
+        def end_first_step(*_: Any) -> None:
+            if compiling():
+                return
+            once.remove()
+            if collector._live:
                 end_step()
 
-            once = optimizer.register_step_post_hook(end_first_step)
-
-            optimizer.__dict__[_WRAPPED] = True
-            optimizer.step = step_then_mark
-            self._wrapped.append(optimizer)
+        once = optimizer.register_step_post_hook(end_first_step)
+        optimizer.step = types.MethodType(step_then_mark, optimizer)
+        optimizer.__dict__[_WRAPPED] = optimizer.__dict__["step"]
+        self._wrapped.append(optimizer)
 
     def stop(self) -> None:
+        self._live = False
         self._handle.remove()
         self._outside_dynamo.cancel()
         for optimizer in self._wrapped:
-            optimizer.__dict__.pop("step", None)
-            optimizer.__dict__.pop(_WRAPPED, None)
+            wrapper = optimizer.__dict__.pop(_WRAPPED, None)
+            # A wrapper of the program's own (an LR scheduler's) around dlprof's stays: it calls
+            # the step through dlprof's, which only calls it from now on.
+            if optimizer.__dict__.get("step") is wrapper:
+                del optimizer.__dict__["step"]
         self._wrapped.clear()
 
 

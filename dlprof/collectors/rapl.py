@@ -57,7 +57,8 @@ class RaplCollector(Collector):
         self._context = context
         self._reader = PackageEnergy(energy_event())
         self._origin = self._reader.read()
-        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-rapl")
+        self._samples = TimedSamples(self._reader.read, context.config.host_interval_s, "dlprof-rapl",
+                                     lambda failure: self.hook_failed("its sampler thread", failure))
         self._samples.start()
 
     def stop(self) -> None:

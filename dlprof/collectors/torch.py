@@ -154,8 +154,9 @@ class TorchCollector(Collector):
         self._step = 0
         self._gave_way = False  # the program's own profiler took Kineto: nothing more is recorded
         self._threads = ThreadWatch()
-        self._ranges = RangeCuts()
-        self._programs = ProgramProfilers(on_program_profiler=self._give_way)
+        # Their wrappers run inside the program's calls: a failure of theirs stops this collector.
+        self._ranges = RangeCuts(on_failure=self.hook_failed)
+        self._programs = ProgramProfilers(on_program_profiler=self._give_way, on_failure=self.hook_failed)
         self._ranges.install()
         self._programs.install()
         # Their wrappers run wherever the program enters a range or starts a profiler, compiled
@@ -192,6 +193,8 @@ class TorchCollector(Collector):
             self.notes.append(f"{sum(self._ranges.splits.values())} torch range(s) open at a save were split there, "
                               f"one slice per recording they span ({split})")
         self._threads.close()
+        if self._threads.failure:
+            self.notes.append(f"the watch of the threads the program started stopped early ({self._threads.failure})")
         if compiled_graphs():
             self.notes.append(COMPILED_CUDA_NOTE if self._cuda else COMPILED_CPU_NOTE)
         if self._threads.names:
@@ -310,7 +313,7 @@ class TorchCollector(Collector):
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"cycle-{self._cycle:05d}.json"
         # Kineto says a failed write on fd 2 and raises nothing: the save says it once instead.
-        with hidden_chatter(lambda line: _WRITE_FAILED in line):
+        with hidden_chatter(lambda line: any(words in line for words in _WRITE_FAILED)):
             self._kineto.export_chrome_trace(str(path))
         if not path.is_file():
             raise _not_written(path)
@@ -362,8 +365,9 @@ def is_kineto_chatter(line: bytes) -> bool:
     return line.startswith(_KINETO_CHATTER) or (line.startswith(b"ERROR:") and _NO_DRIVER_CHATTER in line)
 
 
-# What Kineto prints when it cannot write a trace (a full disk), leaving ``<trace>.tmp`` behind.
-_WRITE_FAILED = b"Failed to write to log file"
+# What Kineto prints when it cannot write a trace (a full disk) or put it in place, leaving
+# ``<trace>.tmp`` behind.
+_WRITE_FAILED = (b"Failed to write to log file", b"Failed to rename")
 
 
 def _not_written(path: Path) -> OSError:

@@ -31,6 +31,16 @@ class EngineError(Exception):
     """A query failed on the engine; the message is one line a person can act on."""
 
 
+def out_of_range(detail: str) -> EngineError:
+    """The one line every engine gives for a value past its column's range: values each within
+    range that add up past int64 (durations of centuries, edited in), a huge integer.
+
+    Args:
+        detail: the engine's own words for it, one line.
+    """
+    return EngineError(f"a value past the range of its column ({detail}): the run's times or counts are damaged")
+
+
 class Engine(ABC):
     """A run's tables as views of one engine session."""
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from dlprof.engine.base import Engine, EngineError
+from dlprof.engine.base import Engine, EngineError, out_of_range
 from dlprof.engine.dialect import Dialect
 from dlprof.engine.rows import Rows
 from dlprof.keys import EngineKind, StoreTable
@@ -98,9 +98,7 @@ class DuckDBEngine(Engine):
                 raise EngineError(f"damaged Parquet file ({_first_line(error)})") from None
             raise
         except (duckdb.ConversionException, duckdb.OutOfRangeException) as error:
-            # Values each within range that add up past int64 (durations of centuries, edited in)
-            raise EngineError(f"a value past the range of its column ({_first_line(error)}): the run's "
-                              "times or counts are damaged") from None
+            raise out_of_range(_first_line(error)) from None
 
     def rows(self, sql: str) -> Rows:
         def fetch() -> Rows:

@@ -10,16 +10,24 @@ mode on this machine when nothing says otherwise::
 
 One Spark application per process; each loaded run gets a session of its own in it, so its views
 (``slices``, ``counters``, ``metrics``, ``memory``) never meet another run's.
+
+A query that fails is one line, as on DuckDB: a value past its column's range (Spark's data
+exceptions, SQLSTATE class 22: a sum past int64, a cast that overflows) in DuckDB's words, any
+other failure as Spark's first line. Spark's own logging of a failed task (its log4j ERROR lines
+and PySpark's query-context logger, each with the Java stack trace) is silenced: the exception
+says it once.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dlprof.engine.base import Engine, EngineError
+from dlprof.engine.base import Engine, EngineError, out_of_range
 from dlprof.engine.dialect import SparkDialect
 from dlprof.engine.rows import Rows
 from dlprof.keys import EngineKind, StoreTable
@@ -41,6 +49,11 @@ _SETTINGS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
+# PySpark's loggers that print a failed query's Java stack trace on stderr (PySpark 4).
+_QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+# SQLSTATE class 22, "data exception": numeric value out of range (22003), a cast's invalid input
+# (22018), a datetime overflow (22008)...
+_DATA_EXCEPTION = "22"
 
 
 def application() -> SparkSession:
@@ -63,8 +76,19 @@ def application() -> SparkSession:
                 _application = builder.getOrCreate()
             except Exception as error:  # noqa: BLE001 - a JVM that cannot start raises many kinds
                 raise EngineError(f"Spark did not start: {_first_line(error)}") from None
-            _application.sparkContext.setLogLevel("ERROR")
+            # A failed task's ERROR lines carry the Java stack trace; the exception says it in one line.
+            _application.sparkContext.setLogLevel("OFF")
+            _silence_query_loggers()
         return _application
+
+
+def _silence_query_loggers() -> None:
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark before 4 logs no query context
+        return
+    for name in _QUERY_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 class SparkEngine(Engine):
@@ -104,14 +128,14 @@ class SparkEngine(Engine):
         try:
             return self.session.sql(sql)
         except Exception as error:  # noqa: BLE001 - analysis errors come as several JVM types
-            raise EngineError(f"Spark: {_first_line(error)}") from None
+            raise query_error(error) from None
 
     def rows(self, sql: str) -> Rows:
         frame = self._frame(sql)
         try:
             collected = frame.collect()
         except Exception as error:  # noqa: BLE001
-            raise EngineError(f"Spark: {_first_line(error)}") from None
+            raise query_error(error) from None
         return Rows(tuple(frame.columns), [tuple(row) for row in collected])
 
     def arrow(self, sql: str) -> pa.Table:
@@ -119,7 +143,7 @@ class SparkEngine(Engine):
         try:
             return frame.toArrow()
         except Exception as error:  # noqa: BLE001
-            raise EngineError(f"Spark: {_first_line(error)}") from None
+            raise query_error(error) from None
 
     def batches(self, sql: str, rows_per_batch: int = 65_536) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -128,7 +152,14 @@ class SparkEngine(Engine):
         schema = self.arrow(f"SELECT * FROM ({sql}) LIMIT 0").schema
         pending: list[tuple[Any, ...]] = []
         # Partition by partition, so the driver holds one partition and one batch at a time.
-        for row in frame.toLocalIterator(prefetchPartitions=False):
+        rows = iter(frame.toLocalIterator(prefetchPartitions=False))
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except Exception as error:  # noqa: BLE001 - a partition's task failed
+                raise query_error(error) from None
             pending.append(tuple(row))
             if len(pending) == rows_per_batch:
                 yield pa.RecordBatch.from_arrays(_columns(pending, schema), schema=schema)
@@ -158,6 +189,27 @@ def _plain(table: pa.Table) -> pa.Table:
 
     columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.itercolumns()]
     return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def query_error(error: BaseException) -> EngineError:
+    """A failed query in one line: a value past its column's range in the words DuckDB's gets
+    (:func:`dlprof.engine.base.out_of_range`), anything else as Spark's first line."""
+    state = getattr(error, "getSqlState", None)
+    try:
+        sql_state = str(state() or "") if callable(state) else ""
+    except Exception:  # noqa: BLE001 - an error from the JVM's side that has no state to give
+        sql_state = ""
+    if sql_state.startswith(_DATA_EXCEPTION):
+        return out_of_range(_condition(error))
+    return EngineError(f"Spark: {_first_line(error)}")
+
+
+def _condition(error: BaseException) -> str:
+    """Spark's error class and its first sentence (``[ARITHMETIC_OVERFLOW] overflow``), without the
+    advice on Spark's settings that follows."""
+    line = _first_line(error)
+    found = re.match(r"\[[A-Z0-9_.]+\][^.]*", line)
+    return found.group(0).strip() if found else line
 
 
 def _first_line(error: BaseException) -> str:

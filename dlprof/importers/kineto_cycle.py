@@ -3,6 +3,11 @@
 The torch collector hands each cycle to the session's finisher (:mod:`dlprof.recording.finisher`)
 as a :class:`dlprof.store.save_jobs.CycleJob`; the finisher converts it with :func:`convert_cycle`, nests the rows with
 the rest of the save, writes them, and then removes the trace.
+
+A cycle is checked as ``dlprof import`` checks a trace: each event as it is read, then its times
+against the others' (:mod:`dlprof.importers.plausible_times`: an event that starts or ends
+implausibly far from the rest is dropped), what is dropped counted per reason for the
+collector's notes.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from dlprof.importers.kineto import KinetoOptions, convert_file
+from dlprof.importers.plausible_times import within_plausible_times
 from dlprof.keys import StoreTable
 from dlprof.store.ids import SLOT_KINETO, id_base
 from dlprof.store.save_jobs import CycleJob
@@ -33,7 +39,8 @@ def convert_cycle(job: CycleJob) -> tuple[dict[StoreTable, list[pa.Table]], dict
         device_pid=job.pid,
         marker_window_ns=job.marker_window_ns,
     )
-    tables = convert_file(job.trace, options)  # the file streamed: no dict per event
+    # The file streamed (no dict per event), then its times judged against one another.
+    tables = within_plausible_times(convert_file(job.trace, options))
     rows = {
         StoreTable.SLICES: [tables.slices],
         StoreTable.MEMORY: [tables.memory],

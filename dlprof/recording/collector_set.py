@@ -13,17 +13,20 @@ installed says nothing (the manifest notes it).
 
 A collector that fails is loud: one asked for by name that cannot run here, one whose start
 raises (a framework collector's, inside the program's import of the framework it then cannot
-record), one whose save or step raises (it is stopped there), one that fails while stopping and
-one that says it stopped recording (``Collector.degraded``) each add a line to the manifest's
-``degraded``, and the run then reads as degraded, not complete. Nothing a collector raises
-reaches the program. Under ``strict`` what is known before the program starts (a collector asked
+record), one whose save or step raises or whose own hook fails inside the program's call
+(``Collector.hook_failed``: it is stopped there, and says so in one line), one that fails while
+stopping and one that says it stopped recording (``Collector.degraded``) each add a line to the
+manifest's ``degraded``, and the run then reads as degraded, not complete. Nothing a collector
+raises reaches the program. Under ``strict`` what is known before the program starts (a collector asked
 for that cannot run here, a start that fails) is a :class:`CollectorError` instead.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -31,10 +34,14 @@ from typing import Any
 from dlprof.collectors.base import Collector, CollectorContext
 from dlprof.collectors.registry import collector_class, cupti_owner, default_collectors, in_start_order
 from dlprof.config import ProfileConfig
+from dlprof.recording.failures import disk_full, failure_words, say_stopped, source_stopped_reason
 from dlprof.schedule import Action
 from dlprof.store.manifest import CollectorInfo
 from dlprof.support.import_watch import ImportWatch, when_imported
 from dlprof.text import printable
+
+# The names of dlprof's own threads (samplers, the save watchdog).
+OWN_THREADS = "dlprof"
 
 
 class CollectorError(Exception):
@@ -71,7 +78,8 @@ class CollectorSet:
 
     def __init__(self, names: tuple[str, ...], infos: list[CollectorInfo], quiet_if_absent: bool,
                  on_late_start: Callable[[], None] | None = None, *, degraded: list[str] | None = None,
-                 asked: frozenset[str] = frozenset(), strict: bool = False) -> None:
+                 asked: frozenset[str] = frozenset(), strict: bool = False,
+                 failed_in_fork: Callable[[BaseException], None] | None = None) -> None:
         """Args:
         names: the collectors, in start order (see :func:`resolve_names`).
         infos: the manifest's collector list, filled in as collectors start and stop.
@@ -83,6 +91,8 @@ class CollectorSet:
         asked: the collectors asked for by name (:func:`asked_for`): one of them that cannot run
             here makes the run degraded.
         strict: raise :class:`CollectorError` from :meth:`start` for a failure known there.
+        failed_in_fork: told when a collector's hook fails in a forked child (after
+            :meth:`forget`), whose recording is its own.
         """
         self._names = names
         self._infos = infos
@@ -96,6 +106,12 @@ class CollectorSet:
         self._watches: list[ImportWatch] = []
         self._context: CollectorContext | None = None
         self._on_late_start = on_late_start
+        self._failed_in_fork = failed_in_fork
+        self._forgotten = False  # in a forked child: the collectors are the parent's
+        self._step = 0  # the steps begun, for the reasons failures give
+        # Hooks fail on any thread (autograd's, a DataLoader's): one of them stops the collector.
+        self._failures = threading.Lock()
+        self._failed_on_own_thread: list[Collector] = []
 
     def __iter__(self) -> Iterator[Collector]:
         return iter(list(self._running))
@@ -147,18 +163,21 @@ class CollectorSet:
                     raise CollectorError(f"collector {cls.name} could not start: "
                                          f"{type(failure).__name__}: {failure}") from failure
         for framework in self._waiting:
-            self._watches.append(when_imported(framework, self._framework_imported))
+            self._watches.append(when_imported(framework, self._framework_imported, self._import_failed))
 
     def events_show_in_memory(self) -> bool:
         """Whether a running collector's events are most of what the process gains."""
         return any(collector.events_show_in_memory for collector in self._running)
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
+        self._step = step
         for collector in list(self._running):
             try:
                 collector.on_step(step, previous, action)
-            except Exception as failure:  # noqa: BLE001  never the program's error
-                self._drop(collector, f"failed at the start of step {step}", failure)
+            except Exception as failure:  # never the program's error
+                if disk_full(failure):
+                    raise  # the run's, not this collector's: the session stops the recording
+                self._drop(collector, f"the start of step {step}", failure)
 
     def save_would_split(self) -> bool:
         return any(collector.save_would_split() for collector in self._running)
@@ -167,12 +186,10 @@ class CollectorSet:
         for collector in list(self._running):
             try:
                 collector.save()
-            except OSError:
-                # A write that failed (a full disk) is the whole recording's, not this collector's:
-                # the session stops recording and says why once (recording/failures.py).
-                raise
-            except Exception as failure:  # noqa: BLE001  never the program's error
-                self._drop(collector, "failed while saving", failure)
+            except Exception as failure:  # never the program's error
+                if disk_full(failure):
+                    raise  # the run's, not this collector's: the session stops the recording
+                self._drop(collector, "its save", failure)
 
     def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:
         """Stop the running collectors in reverse start order; note those that never started.
@@ -219,6 +236,7 @@ class CollectorSet:
             watch.cancel()
         self._running = []
         self._waiting.clear()
+        self._forgotten = True
 
     def _framework_imported(self, module: ModuleType) -> None:
         """Start the collectors waiting for ``module``; this runs inside the program's import."""
@@ -237,8 +255,14 @@ class CollectorSet:
         if self._on_late_start is not None:
             self._on_late_start()
 
+    def _import_failed(self, framework: str, failure: BaseException) -> None:
+        """Starting what waited for ``framework`` failed past the collectors' own starts (each
+        of those is caught and said on its own): said once, and the run is degraded."""
+        say_stopped(f"{failure_words(failure)} when the program imported {framework}", self._degraded)
+
     def _start(self, cls: type[Collector], context: CollectorContext) -> None:
         collector = cls()
+        collector.hook_failed = functools.partial(self._hook_failed, collector)
         collector.start(context)
         info = self._info(cls.name)
         info.notes.extend(note for note in collector.notes if note not in info.notes)
@@ -258,15 +282,41 @@ class CollectorSet:
         self._info(name).active = False
         self._degraded.append(f"{name} collector {what}: {type(failure).__name__}: {failure}")
 
-    def _drop(self, collector: Collector, what: str, failure: Exception) -> None:
-        """A collector whose save or step failed records no more: stopped now, as well as it can be."""
-        self._failed(collector.name, what, failure)
-        self._running.remove(collector)
-        self._dropped.append(collector)
+    def _hook_failed(self, collector: Collector, where: str, failure: BaseException) -> None:
+        """One of a collector's hooks raised inside the program's call: the collector is stopped
+        (once, whichever thread finds it failing first); in a forked child the child's recording
+        stops instead."""
+        if self._forgotten:
+            if self._failed_in_fork is not None:
+                self._failed_in_fork(failure)
+            return
+        self._drop(collector, where, failure)
+
+    def _drop(self, collector: Collector, where: str, failure: BaseException) -> None:
+        """A collector whose save, step or hook failed records no more: stopped now, as well as
+        it can be, with one line on stderr and a reason in ``degraded``. One that failed on a
+        thread of its own (a sampler's, whose loop has ended) is stopped with the others
+        instead, so that what it took before is saved as theirs is."""
+        on_own_thread = threading.current_thread().name.startswith(OWN_THREADS)
+        with self._failures:
+            if collector not in self._running or collector in self._failed_on_own_thread:
+                return  # stopped already: its hooks may still fail once more on another thread
+            if on_own_thread:
+                self._failed_on_own_thread.append(collector)
+            else:
+                self._running.remove(collector)
+                self._dropped.append(collector)
+        reason = source_stopped_reason(f"{collector.name} collector", where, failure, self._step)
+        info = self._info(collector.name)
+        info.notes.append(reason)
+        info.active = False
+        say_stopped(reason, self._degraded)
+        if on_own_thread:
+            return
         try:
             collector.stop()
         except Exception as second:  # noqa: BLE001  already failed: only noted
-            self._info(collector.name).notes.append(f"then failed while stopping: {type(second).__name__}: {second}")
+            info.notes.append(f"then failed while stopping: {type(second).__name__}: {second}")
 
     def _info(self, name: str) -> CollectorInfo:
         return next(info for info in self._infos if info.name == name)

@@ -114,10 +114,23 @@ class ForkFollower:
                     self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
                 self._acknowledge()
             except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
-                self.failed = True
-                self.slices.closed = True
-                print(f"dlprof: forked process {os.getpid()}: {printable(failure_words(failure))}: "
-                      "its recording stopped", file=sys.stderr)
+                self.stop_on_failure(failure)
+
+    def collector_failed(self, failure: BaseException) -> None:
+        """In a child: a collector's hook failed here. What the child recorded before is saved,
+        then its recording stops (:meth:`stop_on_failure`)."""
+        self.save()
+        self.stop_on_failure(failure)
+
+    def stop_on_failure(self, failure: BaseException) -> None:
+        """In a child: dlprof failed here (a save, a collector's hook, following the fork): say
+        so in one line, once, and record nothing more; the child goes on."""
+        if self.failed:
+            return
+        self.failed = True
+        self.slices.closed = True
+        print(f"dlprof: forked process {os.getpid()}: {printable(failure_words(failure))}: "
+              "its recording stopped", file=sys.stderr)
 
     def save_if_full(self) -> None:
         """A collector recording in a child calls this now and then (after each batch)."""
@@ -128,13 +141,14 @@ class ForkFollower:
 
     def _start_child(self) -> None:
         self.in_child = True
+        # The way out first, so that a child whose start fails below still leaves without the
+        # static destructors. Registered first of this child's exit handlers, it runs last.
+        atexit.register(self._leave)
+        _record_exit_code(self)
         self._saved_at = time.perf_counter_ns()
         self.slices.restart_in_fork(os.getpid(), forked_slot(self.forks))
         self.on_child()
-        # Registered first of this child's exit handlers, so it runs last of them.
-        atexit.register(self._leave)
         atexit.register(self.save)
-        _record_exit_code(self)
         signal.signal(GATHER_SIGNAL, self._gathered)
         signal.siginterrupt(GATHER_SIGNAL, False)
 
@@ -251,4 +265,8 @@ def _after_fork_in_child() -> None:
     if follower is None or follower.in_child:
         _active = None  # a grandchild is not followed: its parent is no rank's main process
         return
-    follower._start_child()
+    try:
+        follower._start_child()
+    except Exception as failure:  # noqa: BLE001  Python would print it as a traceback in the program's child
+        follower.in_child = True  # whatever the child recorded is not the parent's
+        follower.stop_on_failure(failure)

@@ -15,6 +15,9 @@ Inside a function torch.compile compiles, a region does nothing: while Dynamo tr
 entry tests ``torch.compiler.is_compiling()`` first (torch is never imported from here) and
 leaves the region unopened, so Dynamo folds it away (no graph break, no guard that changes), and
 the compiled graph runs without it. A region around a call of compiled code is timed as any.
+
+A failure of dlprof's there (a counter that cannot be read) stops the recording
+(``Session.stop_recording``); the block itself is the program's, and what it raises passes on.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ class region(ContextDecorator):
         if session is not None and session.recording:
             self._session = session
             reader = session.counter_reader
-            # Counters are read outside the timed interval, so reading them is not region time.
-            self._counts = reader() if reader is not None else None
+            try:
+                # Counters are read outside the timed interval, so reading them is not region time.
+                self._counts = reader() if reader is not None else None
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                session.stop_recording(failure)
+                self._start = -1
+                return self
             self._tid = threading.get_native_id()
             self._id = -1  # a save that finds the region open gives it one
             session.open_regions[id(self)] = self
@@ -71,12 +79,15 @@ class region(ContextDecorator):
             end = time.perf_counter_ns()
             session = self._session
             session.open_regions.pop(id(self), None)
-            slice_id = session.slices.record(session.region_kind, session.slices.intern(self.name),
-                                             self._tid, self._start, end, -1, self._id)
-            counts = self._counts
-            if counts is not None:
-                reader = session.counter_reader
-                session.record_counts(slice_id, counts, reader() if reader is not None else ())
+            try:
+                slice_id = session.slices.record(session.region_kind, session.slices.intern(self.name),
+                                                 self._tid, self._start, end, -1, self._id)
+                counts = self._counts
+                if counts is not None:
+                    reader = session.counter_reader
+                    session.record_counts(slice_id, counts, reader() if reader is not None else ())
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                session.stop_recording(failure)
             self._start = -1
             if session.save_waiting:
                 session.save_waited()

@@ -22,6 +22,7 @@ from types import TracebackType
 
 from dlprof.config import ProfileConfig
 from dlprof.keys import SeriesSource
+from dlprof.recording.failures import say_stopped, source_stopped_reason
 from dlprof.recording.session import Interrupted, Session
 from dlprof.store.manifest import Manifest
 from dlprof.support.mllog import MllogEvent, tee_mllog
@@ -101,7 +102,7 @@ def run_target(
     session.start()
     try:
         # MLPerf's ``:::MLLOG`` lines the program prints become series rows (support/mllog.py).
-        with tee_mllog(lambda event: _record_mllog(session, event)):
+        with tee_mllog(lambda event: _record_mllog(session, event), _stop_reading_mllog(session)):
             if target.is_module:
                 sys.argv = [target.name, *target.args]
                 _set_path0(os.getcwd())
@@ -149,6 +150,20 @@ def _record_mllog(session: Session, event: MllogEvent) -> None:
         split = "eval" if event.key.startswith("eval") else "train"
         session.log(SeriesSource.MLPERF, split, [(event.key, event.value)], epoch=event.epoch,
                     samples=event.samples, ts_ns=event.time_ns)
+
+
+def _stop_reading_mllog(session: Session) -> Callable[[BaseException], None]:
+    """What the MLPerf line reader does when it fails: says so once (stdout's and stderr's
+    readers stop alike) and reads no more; the program's output goes on."""
+    said: list[str] = []
+
+    def failed(failure: BaseException) -> None:
+        if not said:
+            said.append(source_stopped_reason("MLPerf log reader", "a line the program printed", failure,
+                                              session.step_number))
+            say_stopped(said[0], session.manifest.degraded)
+
+    return failed
 
 
 def _set_path0(directory: str) -> None:

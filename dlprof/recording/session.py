@@ -175,7 +175,7 @@ class Session:
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
             on_late_start=self._started_late, degraded=self.manifest.degraded,
-            asked=asked_for(config), strict=config.strict,
+            asked=asked_for(config), strict=config.strict, failed_in_fork=self.forks.collector_failed,
         )
 
     @property
@@ -298,6 +298,7 @@ class Session:
         if not self.forks.in_child:
             self.series.append(source, split, self.step_number if step is None else step, values, **where)
 
+    @stops_recording_on_failure
     def restart_step(self) -> None:
         """The current step starts now: the time since the last step ended belongs to no step
         (a Keras fit's validation between two epochs' batches). A step a save inside it already
@@ -324,6 +325,7 @@ class Session:
         else:
             self._save()
 
+    @stops_recording_on_failure
     def _save_would_split(self) -> bool:
         """Whether a save inside the step now would cut work that nests badly across saves: a
         C++ range under way (the collectors say), or, unless memory presses, a region begun in
@@ -369,8 +371,11 @@ class Session:
         self._hold_sigterm()
         try:
             if self.action.records:
-                self._record_step(self._step_start, time.perf_counter_ns())
-                self.manifest.partial_step = STEP_NAME.format(self.step_number)
+                try:
+                    self._record_step(self._step_start, time.perf_counter_ns())
+                    self.manifest.partial_step = STEP_NAME.format(self.step_number)
+                except Exception as failure:  # noqa: BLE001  a counter that cannot be read: noted, never raised
+                    self.stop_recording(failure)
             self.counter_reader = None
             self.manifest.end_ns = time.time_ns()
             self._collectors.stop(report)

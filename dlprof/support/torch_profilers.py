@@ -9,11 +9,14 @@ while the torch collector runs, every preparation of a profiler that is not dlpr
 collector ends its recording there and records no more, and the program's profiler starts as it
 would have without dlprof::
 
-    watch = ProgramProfilers(on_program_profiler=collector.give_way)
+    watch = ProgramProfilers(on_program_profiler=collector.give_way, on_failure=collector.hook_failed)
     watch.install()
     with watch.own():
         kineto.prepare_trace()      # dlprof's own: not told
     watch.uninstall()
+
+What the collector does there is dlprof's: a failure of it goes to ``on_failure``, and the
+program's profiler starts all the same.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from typing import Any
 class ProgramProfilers:
     """Tells the collector when the program prepares a torch.profiler of its own."""
 
-    def __init__(self, on_program_profiler: Callable[[], None]) -> None:
+    def __init__(self, on_program_profiler: Callable[[], None],
+                 on_failure: Callable[[str, BaseException], None]) -> None:
         import torch.autograd.profiler as autograd_profiler
 
         self._module: Any = autograd_profiler
         self._on_program_profiler = on_program_profiler
+        self._on_failure = on_failure
         self._original: Any = None
         self._wrapper: Any = None
         self._own = 0  # dlprof's own calls under way
@@ -44,8 +49,11 @@ class ProgramProfilers:
 
         def prepare(*args: Any, **kwargs: Any) -> Any:
             if watch._watching and not watch._own:
-                watch._on_program_profiler()
-            return original(*args, **kwargs)
+                try:
+                    watch._on_program_profiler()
+                except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                    watch._on_failure("giving way to the program's torch.profiler", failure)
+            return original(*args, **kwargs)  # the program's profiler: what it raises is its own
 
         self._original, self._wrapper = original, prepare
         self._module._prepare_profiler = prepare

@@ -21,6 +21,10 @@ torch.compile: Dynamo and Inductor time their compilation with C++ ranges
 (``Torch-Compiled Region``, ``## Call CompiledFxGraph ##``) while its Python wrapper code calls
 the kernels. A save made there stopped the recording those ranges write into when they end: the
 process was killed by SIGSEGV.
+
+The wrappers' own bookkeeping is dlprof's: a failure there goes to ``on_failure`` (the torch
+collector then stops recording for good, so no range it lost track of can be cut), while
+torch's ``__enter__`` and ``__exit__`` run outside it and what they raise is the program's.
 """
 
 from __future__ import annotations
@@ -28,17 +32,22 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
+
+# What failed, as the collector's reason says it.
+WRAPPER = "its record_function wrapper"
 
 
 class RangeCuts:
     """Follows the program's ``record_function`` ranges and splits them at the recording's cuts."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_failure: Callable[[str, BaseException], None]) -> None:
         import torch
         from torch.autograd.profiler import record_function
 
+        self._on_failure = on_failure
         self._torch = torch
         self._class: Any = record_function
         self._originals: tuple[Any, Any] | None = None
@@ -55,9 +64,12 @@ class RangeCuts:
         cuts = self
 
         def entered(instance: Any) -> Any:
-            result = enter(instance)
+            result = enter(instance)  # the program's range: what it raises is its own
             if cuts._recording and threading.get_ident() == cuts._thread:
-                cuts._open[id(instance)] = instance
+                try:
+                    cuts._open[id(instance)] = instance
+                except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                    cuts._on_failure(WRAPPER, failure)
             return result
 
         def exited(instance: Any, *exception: Any) -> Any:
@@ -66,13 +78,20 @@ class RangeCuts:
                 return exit_(instance, *exception)
             # Ended at a stop and not entered again: there is nothing left to end in C++.
             cuts._suspended.discard(key)
-            instance.run_callbacks_on_exit = False
+            try:
+                instance.run_callbacks_on_exit = False
+            except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                cuts._on_failure(WRAPPER, failure)
+                return None  # its C++ range ended at the stop: nothing is left to end
             try:
                 return exit_(instance, *exception)
             finally:
-                instance.run_callbacks_on_exit = True
-                if cuts._uninstalling and not cuts._suspended:
-                    cuts._restore()
+                try:
+                    instance.run_callbacks_on_exit = True
+                    if cuts._uninstalling and not cuts._suspended:
+                        cuts._restore()
+                except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
+                    cuts._on_failure(WRAPPER, failure)
 
         self._originals = (enter, exit_)
         self._wrappers = (entered, exited)

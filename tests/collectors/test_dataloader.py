@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,77 @@ def test_batch_bytes_counts_nested_tensors() -> None:
     batch = {"x": torch.zeros(3, 4), "y": [torch.zeros(5, dtype=torch.int64), "label"]}
     assert batch_bytes(batch) == 3 * 4 * 4 + 5 * 8
     assert batch_bytes("text") == 0
+
+
+def test_batch_bytes_counts_a_sparse_tensors_parts() -> None:
+    """torch gives no nbytes for a sparse tensor (it raises): before, that error reached the
+    program's loop from dlprof's fetch wrapper."""
+    sparse = torch.sparse_coo_tensor([[0, 1, 2], [2, 0, 1]], [1.0, 2.0, 3.0], (3, 3), check_invariants=True)
+    assert batch_bytes(sparse) == 2 * 3 * 8 + 3 * 4
+    assert batch_bytes([sparse, torch.zeros(2)]) == 2 * 3 * 8 + 3 * 4 + 2 * 4
+
+
+class LazyRecord:
+    """A sample of the program's whose size is known only once loaded (its ``nbytes`` raises)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    @property
+    def nbytes(self) -> int:
+        raise ValueError(f"record {self.index} is not loaded yet")
+
+
+class _Records(torch.utils.data.Dataset):  # type: ignore[misc]
+    """Tensors, then from index 2 records whose size cannot be read."""
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, index: int) -> torch.Tensor | LazyRecord:
+        return torch.full((FEATURES,), float(index)) if index < 2 else LazyRecord(index)
+
+
+def test_a_batch_whose_size_cannot_be_read_stops_the_collector_not_the_loop(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the record's ValueError reached the program's loop from dlprof's fetch wrapper."""
+    loader = torch.utils.data.DataLoader(_Records(), batch_size=None)
+    with dlprof.profile(out=tmp_path / "run", collectors=("dataloader", "host")):
+        got = [batch.index if isinstance(batch, LazyRecord) else int(batch[0]) for batch in loader]
+    assert got == [0, 1, 2, 3, 4], "the program got every batch"
+    run = dlprof.load(tmp_path / "run")
+    reason = ("dataloader collector: recording failed (ValueError: record 2 is not loaded yet) in its DataLoader "
+              "fetch wrapper after step 0: its recording stopped")
+    assert run.manifest.degraded == [reason]
+    assert capsys.readouterr().err == f"dlprof: {reason}; the program goes on\n"
+    assert (run.slices.kind == Kind.DATALOADER).sum() == 2, "the batches fetched before are kept"
+    assert (run.slices.kind == "step").sum() == 1, "the other collectors and the session record on"
+
+
+def test_in_a_worker_a_batch_whose_size_cannot_be_read_stops_the_workers_recording(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch, dlprof
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+        from tests.collectors.test_dataloader import LazyRecord, _Records
+        loader = torch.utils.data.DataLoader(_Records(), batch_size=None, num_workers=1,
+                                             multiprocessing_context="fork")
+        with dlprof.profile(out=sys.argv[1], collectors=("dataloader",)):
+            print([batch.index if isinstance(batch, LazyRecord) else int(batch[0]) for batch in loader])
+    """))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "[0, 1, 2, 3, 4]\n"
+    (line,) = done.stderr.splitlines()
+    assert re.fullmatch(r"dlprof: forked process \d+: recording failed \(ValueError: record 2 is not loaded yet\): "
+                        r"its recording stopped", line), done.stderr
+    fetches = dlprof.load(tmp_path / "run").slices
+    assert (fetches.kind == Kind.DATALOADER).sum() == 2, "what the worker fetched before is kept"
 
 
 def _run_program(tmp_path: Path, body: str, options: tuple[str, ...] = ()) -> tuple[dlprof.Run, str]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import re
+import traceback
 from pathlib import Path
 
 import pytest
 
 import dlprof
+from tests.conftest import blind_counters, dlprof_lines, needs_counters
 
 pytestmark = pytest.mark.torch
 
@@ -177,3 +181,81 @@ def test_leaf_layers_count_every_call(cnn_layers_run: dlprof.Run) -> None:
         for phase in ("forward", "backward"):
             matches = [n for n in leaves.index if n.startswith(f"{layer} (") and n.endswith(phase)]
             assert len(matches) == 1 and leaves[matches[0]] == 6, (layer, phase, matches)
+
+
+LAYERS_STOPPED = re.compile(r"layers collector: recording failed \(error: unpack requires a buffer of \d+ bytes\) "
+                            r"in its (forward pre-hook|backward hook) after step 2: its recording stopped")
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+@pytest.mark.parametrize("fails_in", ["forward pre-hook", "backward hook"])
+def test_a_hook_that_fails_stops_the_layers_collector_not_the_program(
+        fails_in: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The counters are read in every hook: with their descriptors pointed away by the program,
+    the first reading fails inside its forward (or its backward). Before, that exception reached
+    the program's model(x) (or loss.backward())."""
+    needs_counters()
+    model, x = small_model(), torch.randn(4, 8)
+    expected = copy.deepcopy(model)
+    expected(x).sum().backward()
+    with dlprof.profile(out=tmp_path / "run", collectors=("layers",), counters=["task-clock"]) as prof:
+        for _ in range(2):
+            model.zero_grad()
+            model(x).sum().backward()
+            prof.step()
+        model.zero_grad()
+        if fails_in == "forward pre-hook":
+            blind_counters()
+        loss = model(x).sum()
+        if fails_in == "backward hook":
+            blind_counters()
+        loss.backward()
+    for mine, theirs in zip(model.parameters(), expected.parameters(), strict=True):
+        assert torch.equal(mine.grad, theirs.grad), "the program computed what it computes unprofiled"
+    run = dlprof.load(tmp_path / "run")
+    stopped = run.manifest.degraded[0]
+    assert LAYERS_STOPPED.fullmatch(stopped) and fails_in in stopped, run.manifest.degraded
+    # Then the session's own reading of the counters at the step's end fails, and stops the rest.
+    assert len(run.manifest.degraded) == 2 and run.manifest.degraded[1].endswith("recording stopped")
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and dlprof_lines(err)[0] == f"dlprof: {stopped}; the program goes on", err
+    assert len(dlprof_lines(err)) == 2 == len(err.splitlines()), err
+    assert str(run.status) == "degraded"
+
+
+class Refusing(nn.Module):
+    """A module whose forward raises, as a program's own check does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != 3:
+            raise ValueError(f"expected 3 features, got {x.shape[-1]}")
+        return x
+
+
+def raised_by(model: nn.Module) -> tuple[BaseException, list[tuple[str, str, int]]]:
+    """What calling the model raises, and its traceback's frames outside torch (whose own call
+    takes another path when global hooks are registered)."""
+    try:
+        model(torch.zeros(2, 5))
+    except ValueError as error:
+        frames = traceback.extract_tb(error.__traceback__)
+        return error, [(f.filename, f.name, f.lineno or 0) for f in frames if TORCH_DIR not in f.filename]
+    raise AssertionError("the module did not raise")
+
+
+TORCH_DIR = str(Path(torch.__file__).parent)
+
+
+def test_a_modules_own_exception_reaches_the_program_unchanged(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(5, 5), Refusing())
+    alone, alone_frames = raised_by(model)
+    with dlprof.profile(out=tmp_path / "run", collectors=("layers",)):
+        profiled, profiled_frames = raised_by(model)
+    assert type(profiled) is ValueError and str(profiled) == str(alone) == "expected 3 features, got 5"
+    assert profiled_frames == alone_frames, "no frame of dlprof's, none of the program's lost"
+    assert [name for _, name, _ in profiled_frames] == ["raised_by", "forward"]
+    assert dlprof.load(tmp_path / "run").manifest.degraded == []

@@ -28,7 +28,7 @@ from tests.tensorflow_runs import (
     BATCH,
     BATCHES,
     EPOCHS,
-    EXAMPLE,
+    EXAMPLE_PROGRAM,
     all_events,
     dense_scopes,
     example_model,
@@ -205,15 +205,7 @@ def run_script(tmp_path: Path, source: str, collectors: tuple[str, ...] = ("tens
     return run
 
 
-PROGRAM = f"""
-    import importlib.util, sys
-    spec = importlib.util.spec_from_file_location("example", {str(EXAMPLE)!r})
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    keras = example.keras
-    x, y = example.synthetic_data({BATCH * BATCHES}, 32, 10)
-    model = example.build_model(32, 10, 64)
-"""
+PROGRAM = EXAMPLE_PROGRAM
 
 
 def test_keras_fit_ends_a_step_per_batch_under_dlprof_run(tmp_path: Path) -> None:

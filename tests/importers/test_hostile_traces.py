@@ -228,3 +228,21 @@ def test_a_collector_cycle_reports_what_it_dropped(tmp_path: Path) -> None:
     rows, result = convert_cycle(CycleJob(trace=trace, rank=0, cycle=0, pid=1, marker_window_ns=None))
     assert result["dropped"] == DROPPED["dur-negative"]
     assert sum(table.num_rows for table in rows[StoreTable.SLICES]) == result["slices"] == 1
+
+
+@pytest.mark.parametrize("name", sorted(FAR))
+def test_a_collector_cycle_drops_times_far_from_the_others(name: str, tmp_path: Path) -> None:
+    """A live cycle is judged as an imported trace is: before, its event at "ts": 0.5 made the run
+    start in 1970 and its eight durations of 3e18 ns were kept, past int64 once added up."""
+    import shutil
+
+    from dlprof.importers.kineto_cycle import CycleJob, convert_cycle
+
+    expected, kept = FAR[name]
+    trace = tmp_path / "cycle-00000.json"
+    shutil.copy(HOSTILE / f"{name}.json", trace)
+    rows, result = convert_cycle(CycleJob(trace=trace, rank=0, cycle=0, pid=1, marker_window_ns=None))
+    assert result["dropped"] == expected
+    (slices,) = rows[StoreTable.SLICES]
+    assert slices.column("name").to_pylist() == ["aten::mm"] * kept == ["aten::mm"] * result["slices"]
+    assert min(slices.column("start_ns").to_pylist()) // 10**9 == 1_700_000_000

@@ -8,6 +8,7 @@ process records one torch.profiler at a time), and a collector asked for that ca
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -69,6 +70,33 @@ def test_a_profiler_stopped_by_the_program_degrades_the_run_and_strict_raises_at
     run = dlprof.load(tmp_path / "run")
     assert str(run.status) == "degraded"
     assert (run.slices["name"] == "aten::mm").sum() == 2, "the saves before it were kept"
+
+
+def test_a_failure_giving_way_to_the_programs_profiler_stops_the_torch_collector_not_the_profiler(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dlprof saves its cycle before the program's profiler takes Kineto; that save cannot be
+    written here (the cycle's file name is taken by a directory). Before, its OSError was raised
+    from the program's torch.profiler.profile()."""
+    out = tmp_path / "run"
+    with dlprof.profile(out=out, collectors=["torch"]) as prof:
+        _work(2, prof)
+        cycles = out / "kineto" / "rank=0"
+        cycles.mkdir(parents=True, exist_ok=True)
+        for number in range(100):  # whichever cycle comes next (a save may have been made)
+            taken = cycles / f"cycle-{number:05d}.json"
+            if not taken.exists():
+                taken.mkdir()
+                (taken / "the program's").write_text("")
+        with torch.profiler.profile() as theirs:
+            _work(1)
+    assert sum(event.name == "aten::mm" for event in theirs.events()) == 1, "the program's profiler recorded"
+    run = dlprof.load(out)
+    (reason,) = run.manifest.degraded
+    assert re.fullmatch(r"torch collector: write error \(.*cycle-\d+\.json: torch\.profiler could not write its "
+                        r"trace\) in giving way to the program's "
+                        r"torch\.profiler after step 2: its recording stopped", reason), reason
+    assert capsys.readouterr().err == f"dlprof: {reason}; the program goes on\n"
+    assert str(run.status) == "degraded"
 
 
 OWN_PROFILER = """

@@ -3,6 +3,7 @@ children the program starts otherwise are noted."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -100,3 +101,41 @@ def test_each_rank_gathers_only_its_own_childrens_acknowledgements(tmp_path: Pat
     assert first.gather(timeout_s=0)["children"] == {}
     assert second.gather(timeout_s=0)["children"] == {str(os.getpid()): {"dataloader": 1}}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("forks")], "each rank removes its folder"
+
+
+# A follower whose hand-over to the child fails: the child's recording stops, the child does not.
+FOLLOW_FAILS = """
+import os, sys
+from pathlib import Path
+from dlprof.recording.forks import ForkFollower
+from dlprof.store.sink import Sink
+from dlprof.store.slice_buffer import SliceBuffer
+from dlprof.store.writer import RankWriter
+
+run = Path(sys.argv[1])
+def drop_parent_state():
+    raise RuntimeError("the parent's state could not be dropped")
+
+follower = ForkFollower(SliceBuffer(0, os.getpid(), 0), Sink(RankWriter(run, 0)), run, on_child=drop_parent_state)
+follower.follow()
+pid = os.fork()
+if pid == 0:
+    print("the child runs", flush=True)
+    sys.exit(3)
+_, status = os.waitpid(pid, 0)
+print("child exited", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_failure_following_a_fork_stops_the_childs_recording_not_the_child(tmp_path: Path) -> None:
+    """Before, Python printed the fork handler's exception as a traceback on the child's stderr
+    ("Exception ignored in"), and the child went on half recording."""
+    script = tmp_path / "follow.py"
+    script.write_text(FOLLOW_FAILS)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the child runs", "child exited 3"], "the child ran to its own exit code"
+    (line,) = done.stderr.splitlines()
+    assert re.fullmatch(r"dlprof: forked process \d+: recording failed \(RuntimeError: the parent's state could "
+                        r"not be dropped\): its recording stopped", line), done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import pytest
 
 import dlprof
 from dlprof.keys import RunStatus
+from tests.conftest import blind_counters, needs_counters
 
 
 def test_regions_nest_as_context_managers_and_decorators(tmp_path: Path) -> None:
@@ -176,3 +178,32 @@ def test_a_program_that_ends_its_steps_itself_takes_them_over_from_the_optimizer
         inside = forwards[(forwards["start_ns"] >= step["start_ns"])
                           & (forwards["start_ns"] < step["start_ns"] + step["dur_ns"])]
         assert len(inside) == 1, f"{step['name']} holds one iteration's forward"
+
+
+@pytest.mark.parametrize("blinded_at", ["enter", "exit"])
+def test_a_region_whose_counters_cannot_be_read_stops_the_recording_not_the_block(
+        blinded_at: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the failed counter reading was raised from the program's with statement (and,
+    had the block got through, from the session's end as well)."""
+    needs_counters()
+    ran = []
+    with dlprof.profile(out=tmp_path / "run", collectors=["host"], counters=["task-clock"]) as prof:
+        with dlprof.region("before"):
+            pass
+        prof.step()
+        if blinded_at == "enter":
+            blind_counters()
+        with dlprof.region("blind"):
+            if blinded_at == "exit":
+                blind_counters()
+            ran.append("the block")
+        ran.append("after it")
+    assert ran == ["the block", "after it"]
+    run = dlprof.load(tmp_path / "run")
+    (reason,) = run.manifest.degraded
+    assert re.fullmatch(r"recording failed \(error: unpack requires a buffer of \d+ bytes\) after step 1: "
+                        r"recording stopped", reason), reason
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    assert line.startswith(f"dlprof: {reason}; the program goes on"), err
+    assert run.status is RunStatus.DEGRADED

@@ -59,3 +59,41 @@ def test_tee_mllog_sees_print_and_mlperf_style_logging_then_restores_the_streams
         assert sys.stdout.isatty() == saved[0].isatty()
     assert (sys.stdout, sys.stderr) == saved
     assert [e.value for e in events] == [0.5, 0.6]
+
+
+def test_numbers_past_what_the_series_table_holds_read_as_absent() -> None:
+    """Python's JSON reads 1e400 as infinity: before, int() of it raised OverflowError inside the
+    program's print() of the line."""
+    assert parse_line(mllog_line(time_ms=1e400)) is None
+    assert parse_line(mllog_line(time_ms=2**63)) is None, "epoch ns past int64"
+    for samples in (1e400, 2**63, float("nan")):
+        event = parse_line(mllog_line(metadata={"epoch_num": 1, "samples_count": samples}))
+        assert event is not None and event.samples is None and event.epoch == 1.0
+    event = parse_line(":::MLLOG " + '{"key": "eval_accuracy", "time_ms": 1, "value": NaN, "metadata": {"epoch_num": 1e400}}')
+    assert event is not None and event.value is None and event.epoch is None
+
+
+def test_a_reader_that_fails_stops_reading_and_every_write_goes_through() -> None:
+    out, failures = io.StringIO(), []
+
+    def record(line: str) -> None:
+        raise RuntimeError("the series buffer is closed")
+
+    tee = LineTee(out, record, failures.append)
+    written = [":::MLLOG {}\n", ":::MLLOG {}\n", "the rest\n"]
+    for text in written:
+        assert tee.write(text) == len(text)
+    tee.end()
+    assert out.getvalue() == "".join(written)
+    assert [str(failure) for failure in failures] == ["the series buffer is closed"], "told once"
+
+
+def test_a_write_that_fails_fails_as_without_the_tee() -> None:
+    closed = io.StringIO()
+    closed.close()
+    try:
+        LineTee(closed, lambda line: None).write("text\n")
+    except ValueError as error:
+        assert str(error) == "I/O operation on closed file"
+    else:
+        raise AssertionError("the closed stream's own error was not raised")

@@ -16,6 +16,10 @@ from torch.autograd.profiler import record_function  # noqa: E402
 from torch.profiler.profiler import _KinetoProfile  # noqa: E402
 
 
+def unexpected(where: str, failure: BaseException) -> None:
+    raise AssertionError(f"{where} failed") from failure
+
+
 def recording(cuts: RangeCuts) -> _KinetoProfile:
     profile = _KinetoProfile()
     profile.prepare_trace()
@@ -31,7 +35,7 @@ def names_in(profile: _KinetoProfile, path: Path) -> list[str]:
 
 def test_a_range_open_at_a_cut_is_in_both_recordings(tmp_path: Path) -> None:
     original = record_function.__exit__
-    cuts = RangeCuts()
+    cuts = RangeCuts(on_failure=unexpected)
     cuts.install()
     try:
         first = recording(cuts)
@@ -55,7 +59,7 @@ def test_a_range_open_at_a_cut_is_in_both_recordings(tmp_path: Path) -> None:
 
 def test_a_range_still_open_when_profiling_ends_is_not_ended_twice() -> None:
     original = record_function.__exit__
-    cuts = RangeCuts()
+    cuts = RangeCuts(on_failure=unexpected)
     cuts.install()
     profile = recording(cuts)
     late = record_function("late")
@@ -68,3 +72,50 @@ def test_a_range_still_open_when_profiling_ends_is_not_ended_twice() -> None:
     assert record_function.__exit__ is original
     with record_function("after"):  # later ranges are torch's alone
         torch.ones(2).sum()
+
+
+class FrozenRange(record_function):  # type: ignore[misc]
+    """A range of the program's that refuses changes once entered."""
+
+    def __enter__(self) -> FrozenRange:
+        super().__enter__()
+        object.__setattr__(self, "_frozen", True)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name}")
+        super().__setattr__(name, value)
+
+
+def test_a_range_the_wrapper_cannot_mark_exits_without_a_failure_of_dlprofs() -> None:
+    """A range ended at the last stop is exited with its callbacks off: a range that refuses that
+    change gets no error from dlprof's wrapper (before, its AttributeError reached the program)."""
+    original = record_function.__exit__
+    told: list[tuple[str, str]] = []
+    cuts = RangeCuts(on_failure=lambda where, failure: told.append((where, str(failure))))
+    cuts.install()
+    profile = recording(cuts)
+    frozen = FrozenRange("frozen")
+    frozen.__enter__()
+    cuts.stopping()
+    profile.stop_trace()
+    frozen.__exit__(None, None, None)
+    cuts.uninstall()
+    assert told == [("its record_function wrapper", "FrozenRange is frozen: cannot set run_callbacks_on_exit")]
+    assert record_function.__exit__ is original, "torch's own once the range ended"
+
+
+def test_the_programs_own_range_error_passes_through() -> None:
+    cuts = RangeCuts(on_failure=unexpected)
+    cuts.install()
+    try:
+        profile = recording(cuts)
+        with pytest.raises(AssertionError, match=r"^Expected record to be set$"):
+            record_function("never entered").__exit__(None, None, None)
+        with pytest.raises(KeyError, match="the program's"), record_function("raising"):
+            raise KeyError("the program's")
+        cuts.stopping()
+        profile.stop_trace()
+    finally:
+        cuts.uninstall()
