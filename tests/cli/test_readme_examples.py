@@ -24,7 +24,7 @@ import pytest
 
 import dlprof
 from dlprof.cli.main import main
-from tests.conftest import KINETO_TRACES, dlprof_program
+from tests.conftest import H200_RUN, KINETO_TRACES, dlprof_program
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MEMORY_SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "memory-snapshot" / "snapshot.pickle"
@@ -72,7 +72,7 @@ def readme_lines() -> list[str]:
     """Every line of the README's ``sh`` blocks that runs dlprof, its comment left out."""
     lines = []
     for block in re.findall(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a line continued with \ is one command
             command = " ".join(shlex.split(line, comments=True))
             if command.startswith("dlprof "):
                 lines.append(command)
@@ -138,7 +138,8 @@ def reader_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
     shutil.copy(MEMORY_SNAPSHOT, tmp_path / "snapshot.pickle")
     (tmp_path / "train.py").write_text(TRAIN_SCRIPT)
     monkeypatch.chdir(tmp_path)
-    return {"prepared": prepared, "two_ranks": two_ranks, "RUN_A": prepared, "RUN_B": prepared}
+    return {"prepared": prepared, "two_ranks": two_ranks, "RUN_A": prepared, "RUN_B": prepared,
+            "tests/data/h200/gpt2-dlprof-run": H200_RUN}
 
 
 def run_line(line: str, stand_ins: dict[str, Path]) -> tuple[int, str]:
