@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,27 +46,51 @@ DLPROF_RUN_DIR variable, or a name every rank derives from the launcher (pid and
 
 
 class _SavingStatus:
-    """A spinner on stderr while the run is saved (nothing shows while the script runs)."""
+    """A spinner on stderr while the run is saved (nothing shows while the script runs).
+
+    Its refresh runs on a thread of dlprof's own name (``dlprof-status``): rich's own refresh
+    thread is named like the program's (``Thread-1``), and the torch collector, which notes the
+    threads the program starts, would count it as one of them.
+    """
+
+    REFRESH_S = 0.08  # the spinner's frame rate, as rich's status spinner
 
     def __init__(self) -> None:
         from rich.console import Console
 
         self._console = Console(stderr=True)
-        self._status: Any = None
+        self._live: Any = None
+        self._spinner: Any = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def update(self, phase: str) -> None:
-        if self._status is None:
-            self._status = self._console.status(phase)
-            self._status.start()
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        if self._live is None:
+            self._spinner = Spinner("dots", text=phase)
+            self._live = Live(self._spinner, console=self._console, transient=True, auto_refresh=False)
+            self._live.start()
+            self._thread = threading.Thread(target=self._refresh, name="dlprof-status", daemon=True)
+            self._thread.start()
         else:
-            self._status.update(phase)
+            self._spinner.update(text=phase)
+            self._live.refresh()
+
+    def _refresh(self) -> None:
+        while not self._stopping.wait(self.REFRESH_S):
+            self._live.refresh()
 
     def __enter__(self) -> _SavingStatus:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.stop()
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._live is not None:
+            self._live.stop()
 
 
 def rank_table_state(rank: int, rank_status: RunStatus, job_status: RunStatus) -> str:
