@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlprof.config import ProfileConfig
+from dlprof.config import ProfileConfig, default_memory_cap
 from dlprof.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def profile(
     counters: tuple[str, ...] | list[str] = (),
     counter_scope: str = "thread",
     save_seconds: float = 10.0,
-    memory_cap_mib: int = 512,
+    memory_cap_mib: int | None = None,
     force: bool = False,
 ) -> Session:
     """A profiling session for a block of code; use it with ``with``.
@@ -89,10 +89,12 @@ def profile(
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.
         counter_scope: ``"thread"`` (the thread that starts the session) or ``"process"``.
-        save_seconds: save at least this often (inside a step if need be): a process killed at
-            any moment loses at most about this much (as ``dlprof run --save-seconds``).
-        memory_cap_mib: save whenever memory grew by half of this since the last save, so
-            that profiling holds about this much above the program's own (``--memory-cap``).
+        save_seconds: save about this often, at step boundaries, while dlprof's pauses for saves
+            stay under 2% of the run: a process killed loses what came since its last save (as
+            ``dlprof run --save-seconds``).
+        memory_cap_mib: what profiling may hold above the program's own memory: saves come
+            before dlprof's events would pass it (``--memory-cap``); None, the smaller of 2048
+            MiB and a tenth of this machine's memory.
         force: replace the run already in ``out`` (as ``dlprof run --force``); without it an
             ``out`` that holds a run is refused. Ranks of a job share ``out`` and never check.
 
@@ -113,7 +115,7 @@ def profile(
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
     if save_seconds < 0.1:
         raise ValueError(f"save_seconds {save_seconds}: at least 0.1")
-    if memory_cap_mib < 16:
+    if memory_cap_mib is not None and memory_cap_mib < 16:
         raise ValueError(f"memory_cap_mib {memory_cap_mib}: at least 16")
     if out is not None and place.world_size == 1:
         from dlprof.store.new_run import prepare_run_dir
@@ -132,7 +134,7 @@ def profile(
         counters=tuple(counters),
         counter_scope=counter_scope,
         save_seconds=save_seconds,
-        memory_cap_bytes=memory_cap_mib << 20,
+        memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         rank=place.rank,
         world_size=place.world_size,
     )

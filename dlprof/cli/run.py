@@ -265,12 +265,14 @@ class _CollectorsOption(click.Option):
 @click.option("--with-stack", is_flag=True,
               help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
 @click.option("--save-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              metavar="S", help="Save at least this often (inside a step if need be); a run killed "
-                                "at any moment loses at most this much.")
-@click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=512,
-              show_default=True, metavar="MIB",
-              help="Save whenever memory grew by half of this since the last save, so that "
-                   "profiling takes at most about this much above the program's own.")
+              metavar="S", help="Save about this often, at step boundaries, while dlprof's pauses for "
+                                "saves stay under 2% of the run (a run killed loses what came since "
+                                "its last save; dlprof info says the longest stretch).")
+@click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=None,
+              metavar="MIB",
+              help="What profiling may hold above the program's own memory: saves come before "
+                   "dlprof's events would pass it, at step boundaries, inside a step only when "
+                   "they cannot wait. Default: the smaller of 2048 and a tenth of this machine's memory.")
 @click.option("--all-threads", is_flag=True,
               help="Record the torch ops of every Python thread, not only the main one's "
                    "(torch.profiler then records no allocations).")
@@ -279,7 +281,7 @@ class _CollectorsOption(click.Option):
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(output: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
-            with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
+            with_stack: bool, save_seconds: float, memory_cap_mib: int | None, all_threads: bool,
             nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     from dlprof.recording.runner import Target
 
@@ -289,7 +291,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
-    from dlprof.config import ProfileConfig
+    from dlprof.config import ProfileConfig, default_memory_cap
     from dlprof.distributed import RankEnvironment
     from dlprof.recording.runner import TargetError, run_target
     from dlprof.recording.session import new_run_dir
@@ -322,7 +324,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         with_stack=with_stack,
         all_threads=all_threads,
         save_seconds=save_seconds,
-        memory_cap_bytes=memory_cap_mib << 20,
+        memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )
     with _SavingStatus() as saving:

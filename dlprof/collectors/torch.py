@@ -69,8 +69,10 @@ _TRANSITIONS: dict[tuple[_State, _State], tuple[str, ...]] = {
     (_State.RECORDING, _State.IDLE): ("stop", "save"),
     (_State.RECORDING, _State.WARMING): ("stop", "save", "prepare"),
 }
-# A save while recording: cut here, and go on recording.
-_CUT = ("stop", "save", "prepare", "start")
+# A save while recording: cut here and prepare the next recording, which starts once dlprof's
+# pause of the program is over (resume()), so that the ranges the program has open (ended at
+# cut()) enter it again after the pause, not inside it.
+_CUT = ("stop", "save", "prepare")
 
 
 class TorchCollector(Collector):
@@ -101,6 +103,7 @@ class TorchCollector(Collector):
         self._clock_offsets: list[int] = []
         self._dropped: dict[str, int] = {}  # Kineto events the conversions dropped as damaged, per reason
         self._marker: tuple[int, int] | None = None
+        self._resuming = False  # a save stopped the recording: resume() starts the next
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         self._kineto: Any = _KinetoProfile(
@@ -131,9 +134,21 @@ class TorchCollector(Collector):
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         self._enter(_STATE_OF_ACTION[action])
 
+    def cut(self) -> None:
+        if self._state is _State.RECORDING:
+            self._ranges.stopping()
+
     def save(self) -> None:
         if self._state is _State.RECORDING:
             self._run(_CUT)
+            self._resuming = True
+
+    def resume(self) -> None:
+        if self._resuming:
+            self._resuming = False
+            self._run(("start",))
+        elif self._state is _State.RECORDING:
+            self._ranges.started()  # cut() without a save (a schedule's boundary)
 
     def save_would_split(self) -> bool:
         return self._state is _State.RECORDING and self._ranges.inside_cpp_range()

@@ -2,7 +2,7 @@
 
     collectors = CollectorSet(resolve_names(config), infos=manifest.collectors)
     collectors.start(context)      # now, or once the program imports each one's framework
-    collectors.save()              # at every save of the session
+    collectors.cut(); collectors.save(); collectors.resume()   # at every save of the session
     collectors.stop(report)        # in reverse start order; a failure is noted, never raised
 
 A collector whose ``framework`` the program has not imported yet waits for it: one import watch
@@ -100,9 +100,17 @@ class CollectorSet:
     def save_would_split(self) -> bool:
         return any(collector.save_would_split() for collector in self._running)
 
+    def cut(self) -> None:
+        for collector in self._running:
+            collector.cut()
+
     def save(self) -> None:
         for collector in self._running:
             collector.save()
+
+    def resume(self) -> None:
+        for collector in self._running:
+            collector.resume()
 
     def stop(self, report: Callable[[str], None] | None = None) -> None:
         """Stop the running collectors in reverse start order; note those that never started."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from dlprof.recording.pauses import PauseCause, Pauses
 from dlprof.recording.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
 from dlprof.store.safe_files import write_text
@@ -64,8 +65,10 @@ _registered = False
 class ForkFollower:
     """Keeps the slices a forked child records, under the parent's rank."""
 
-    def __init__(self, slices: SliceBuffer, sink: Sink, run_dir: Path, on_child: Callable[[], None]) -> None:
+    def __init__(self, slices: SliceBuffer, sink: Sink, run_dir: Path, on_child: Callable[[], None],
+                 pauses: Pauses | None = None) -> None:
         self.slices = slices
+        self.pauses = pauses  # a child's writes hold its thread: dlprof's pauses
         self.sink = sink
         self.run_dir = run_dir
         self.on_child = on_child  # the session forgets what belongs to the parent
@@ -98,13 +101,15 @@ class ForkFollower:
         """Write what this child recorded since the last save (nothing in the parent)."""
         if not self.in_child:
             return
-        self._saved_at = time.perf_counter_ns()
+        began = self._saved_at = time.perf_counter_ns()
         if len(self.slices) or self._wanted:
             batch = self.slices.drain()
             self.sink.append_slices(batch, f"fork{os.getpid()}")
             for kind in batch.column("kind").to_pylist():
                 self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
             self._acknowledge()
+            if self.pauses is not None and batch.num_rows:  # saved with the child's next save
+                self.pauses.record(began, PauseCause.FLUSH, inside_step=False, inside_layer=False)
 
     def save_if_full(self) -> None:
         """A collector recording in a child calls this now and then (after each batch)."""

@@ -30,6 +30,7 @@ from dlprof.keys import Kind, RunStatus, SeriesSource
 from dlprof.recording.collector_set import CollectorSet, resolve_names
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
+from dlprof.recording.pauses import PauseCause, Pauses
 from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.recording.saves import Saver
 from dlprof.schedule import Action
@@ -110,6 +111,7 @@ class Session:
         self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
         self.series = SeriesBuffer(os.getpid(), self._clock.offset_ns)  # dlprof.log() and log pickup
         self._step_kind = self.slices.kind_code(Kind.STEP)
+        self.pauses = Pauses(self.slices)  # dlprof's own pauses of the program, as slices
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
         self._previous_step_start = 0
@@ -127,7 +129,8 @@ class Session:
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
         self._counter_deltas: CounterDeltas | None = None
         self._step_counts: tuple[int, ...] = ()
-        self.forks = ForkFollower(self.slices, self.sink, self.run_dir, on_child=self._drop_parent_state)
+        self.forks = ForkFollower(self.slices, self.sink, self.run_dir, on_child=self._drop_parent_state,
+                                  pauses=self.pauses)
         self.manifest = Manifest(
             name=self.run_dir.name,
             command=list(config.command) or [sys.executable, *sys.argv],
@@ -145,11 +148,12 @@ class Session:
                 )
             ],
         )
-        self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes),
-                                     growth_counts_events=lambda: self._collectors.events_show_in_memory())
+        self._save_clock = SaveClock(
+            SaveLimits(config.save_seconds, config.memory_cap_bytes, config.pause_share, config.save_events),
+            growth_counts_events=lambda: self._collectors.events_show_in_memory())
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
                                       pending_events=lambda: len(self.slices),
-                                      grace_s=min(0.5, config.save_seconds / 2),
+                                      has_steps=lambda: self.step_number > 0, quiet=self._nothing_open,
                                       would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
@@ -188,7 +192,7 @@ class Session:
         )
         self._collectors.start(self._context)
         self._install_signal_handler()
-        self._save_clock.restart()  # what the collectors took to start is not profiling's growth
+        self._save_clock.begin_recording()  # what the collectors took to start is not profiling's growth
         self._mid_step.start()
         self.forks.follow()
         if self._context.counter_reader is not None:
@@ -234,9 +238,17 @@ class Session:
         self.step_number += 1
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
-        self._collectors.on_step(self.step_number, previous, self.action)
-        if (self.save_waiting or previous is Action.RECORD_AND_SAVE
-                or self._save_clock.due(len(self.slices)) is not None):
+        if previous is not self.action:  # the profilers may stop or start: dlprof's time
+            self._collectors.cut()
+            began = time.perf_counter_ns()
+            self._collectors.on_step(self.step_number, previous, self.action)
+            self.pauses.record(began, PauseCause.CYCLE, inside_step=False, inside_layer=False)
+            self._collectors.resume()
+        else:
+            self._collectors.on_step(self.step_number, previous, self.action)
+        saved_by_schedule = previous is Action.RECORD_AND_SAVE and self.config.saves_by_schedule
+        if (self.save_waiting or saved_by_schedule
+                or self._save_clock.at_boundary(len(self.slices), now - self._step_start) is not None):
             if self._regions_begun_since(self._step_start):
                 # A region the step began (the loop body's) ends a moment after the step:
                 # save once it has, so that it nests in its step as a whole run would have it.
@@ -282,7 +294,11 @@ class Session:
             return True
         crossing = any(r._tid == self._step_tid and self._previous_step_start <= r._start < self._step_start
                        for r in list(self.open_regions.values()))
-        return crossing and not self._save_clock.urgent()
+        return crossing and not self._save_clock.urgent(len(self.slices))
+
+    def _nothing_open(self) -> bool:
+        """Whether no region and no layer is open: where a program without steps is saved."""
+        return not self.open_regions and not any(c.open_slices() for c in self._collectors)
 
     def _regions_begun_since(self, since: int) -> bool:
         """Whether regions begun on the steps' thread since ``since`` are still open."""
@@ -325,7 +341,7 @@ class Session:
             children = self.forks.gather()  # their chunks join the last save's
             if report is not None:
                 report("dlprof: writing the run")
-            self._save()
+            self._save(final=True)
             try:
                 self.manifest.counts, self.manifest.normalised = self._saver.close()
             except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
@@ -380,16 +396,36 @@ class Session:
         self._previous_step_start = self._step_start
         self._step_start = time.perf_counter_ns()
 
-    def _save(self, within_step: bool = False) -> None:
-        """Save what was recorded since the last save; ``within_step``: the step goes on."""
-        self._save_clock.begin_save()
-        self._collectors.save()
-        metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
-        slices = self.slices.drain()
-        self.sink.append_series(self.series.drain(), "session")
-        self._save_clock.learn(slices.num_rows + self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT)
-        self._saver.save(slices, self._open_slices(within_step), metrics)
-        self._save_clock.restart()
+    def _save(self, within_step: bool = False, final: bool = False) -> None:
+        """Save what was recorded since the last save; ``within_step``: the step goes on;
+        ``final``: the run ends (the program is no longer held, so no pause is recorded).
+
+        The pause it makes is recorded as a slice from after the collectors ended what the
+        program had open in their recordings (cut) to before they record again (resume), so
+        that nothing recorded crosses it."""
+        for_memory = within_step and self._save_clock.pressing(len(self.slices))
+        self._collectors.cut()
+        began = time.perf_counter_ns()
+        self._save_clock.begin_save(len(self.slices))
+        opened: list[OpenSlice] = []
+        try:
+            self._collectors.save()
+            metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
+            slices = self.slices.drain()
+            self.sink.append_series(self.series.drain(), "session")
+            framework_events = self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT
+            opened = self._open_slices(within_step)
+            self._saver.save(slices, opened, metrics)
+        finally:
+            paused = time.perf_counter_ns() - began
+            if not final:
+                cause = (PauseCause.SAVE_FOR_MEMORY if for_memory
+                         else PauseCause.SAVE_INSIDE_STEP if within_step
+                         else PauseCause.SAVE)
+                paused = self.pauses.record(began, cause, inside_step=within_step and self.action.records,
+                                            inside_layer=any(s.kind == Kind.MODULE for s in opened))
+            self._collectors.resume()
+        self._save_clock.saved(framework_events, slices.num_rows, paused)
 
     def _open_slices(self, within_step: bool) -> list[OpenSlice]:
         """The slices under way now: the step (when saving inside it), regions, layers."""
@@ -416,6 +452,7 @@ class Session:
         """In a forked child: the collectors' threads and profilers stayed with the parent."""
         self._collectors.forget()
         self._saver.forget()
+        self.pauses.reset()
         self.counter_reader = None
         self._counter_deltas = None
 
@@ -423,14 +460,19 @@ class Session:
         self._collectors.converted(collector, result)
 
     def _saving_summary(self) -> dict[str, Any]:
+        clock = self._save_clock
         summary: dict[str, Any] = {
             "saves": self._saver.saves,
             "saves_within_steps": self._mid_step.saves,
-            "peak_memory_growth_mib": round(self._save_clock.peak_growth_bytes / 2**20, 1),
+            "peak_held_mib": round(clock.peak_held_bytes / 2**20, 1),
+            "longest_between_saves_s": round(clock.longest_between_saves_ns / 1e9, 1),
             "memory_cap_mib": self.config.memory_cap_bytes >> 20,
+            "pauses": self.pauses.summary(),
         }
-        if self._save_clock.overflows:
-            summary["saves_past_memory_cap"] = self._save_clock.overflows
+        if clock.overflows:
+            summary["saves_past_memory_cap"] = clock.overflows
+        if clock.deferred:
+            summary["saves_by_time_deferred"] = clock.deferred
         if self._mid_step.unavailable:
             summary["within_steps_unavailable"] = self._mid_step.unavailable
         throttled = self.slices.throttled_names()

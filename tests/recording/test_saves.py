@@ -165,15 +165,27 @@ def test_real_runs_are_well_nested(fixture: str, request: pytest.FixtureRequest)
     assert_self_time_is_what_children_leave(run)
 
 
+def _ticks(ns: int) -> None:
+    """Record tiny regions for ``ns``: events piling up inside a step, as a model's ops do."""
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        with dlprof.region("tick"):
+            pass
+
+
 def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
-    """Saves by time inside steps and regions that overlap step boundaries (a region around the
-    loop body, ended a moment after the optimizer's step) still give one consistent tree."""
-    config = ProfileConfig(out=tmp_path / "run", collectors=(), save_seconds=0.1)
+    """Saves that memory forces inside steps and regions that overlap step boundaries (a region
+    around the loop body, ended a moment after the optimizer's step) still give one consistent
+    tree."""
+    config = ProfileConfig(out=tmp_path / "run", collectors=(), memory_cap_bytes=64 << 10)
     with Session(config) as session:
         for step in range(12):
             with dlprof.region("body"):
                 with dlprof.region("work"):
-                    _spin(500_000_000 if step in (2, 7) else 3_000_000)
+                    if step in (2, 7):
+                        _ticks(500_000_000)
+                    else:
+                        _spin(3_000_000)
                 session.step()  # as an optimizer's step() does, inside the loop body
     run = dlprof.load(tmp_path / "run")
     assert run.manifest.saving["saves_within_steps"] >= 2
@@ -392,7 +404,9 @@ def test_profile_takes_the_save_limits_of_dlprof_run(tmp_path: Path) -> None:
             prof.step()
     saving = dlprof.load(tmp_path / "run").manifest.saving
     assert saving["memory_cap_mib"] == 64
-    assert saving["saves"] >= 4, "a save at each step that took longer than 0.1 s"
+    # After the first save a save by time was due at each boundary: made, or deferred while the
+    # saves' pauses (milliseconds each here) would pass 2% of the time recorded.
+    assert saving["saves"] > 2 or saving.get("saves_by_time_deferred", 0) >= 1
     with pytest.raises(ValueError, match="save_seconds"):
         dlprof.profile(out=tmp_path / "bad", save_seconds=0)
     with pytest.raises(ValueError, match="memory_cap_mib"):
