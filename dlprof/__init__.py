@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlprof.config import ProfileConfig, default_memory_cap
+from dlprof.config import ProfileConfig, default_memory_cap, save_limits
 from dlprof.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def profile(
     all_threads: bool = False,
     counters: tuple[str, ...] | list[str] = (),
     counter_scope: str = "thread",
-    save_seconds: float = 10.0,
+    save_seconds: float | None = None,
     memory_cap_mib: int | None = None,
     force: bool = False,
 ) -> Session:
@@ -89,9 +89,10 @@ def profile(
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.
         counter_scope: ``"thread"`` (the thread that starts the session) or ``"process"``.
-        save_seconds: save about this often, at step boundaries, while dlprof's pauses for saves
-            stay under 2% of the run: a process killed loses what came since its last save (as
-            ``dlprof run --save-seconds``).
+        save_seconds: save at least this often, at step boundaries (without steps, where no
+            layer or region is open), whatever the pauses cost: a process killed loses what came
+            since its last save (as ``dlprof run --save-seconds``). None: about every 10 s while
+            those pauses stay under 2% of the run.
         memory_cap_mib: what profiling may hold above the program's own memory: saves come
             before dlprof's events would pass it (``--memory-cap``); None, the smaller of 2048
             MiB and a tenth of this machine's memory.
@@ -113,7 +114,7 @@ def profile(
     place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
-    if save_seconds < 0.1:
+    if save_seconds is not None and save_seconds < 0.1:
         raise ValueError(f"save_seconds {save_seconds}: at least 0.1")
     if memory_cap_mib is not None and memory_cap_mib < 16:
         raise ValueError(f"memory_cap_mib {memory_cap_mib}: at least 16")
@@ -121,6 +122,7 @@ def profile(
         from dlprof.store.new_run import prepare_run_dir
 
         prepare_run_dir(Path(out), force, force_hint="force=True")
+    seconds, pause_share = save_limits(save_seconds)
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
@@ -133,7 +135,8 @@ def profile(
         all_threads=all_threads,
         counters=tuple(counters),
         counter_scope=counter_scope,
-        save_seconds=save_seconds,
+        save_seconds=seconds,
+        pause_share=pause_share,
         memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         rank=place.rank,
         world_size=place.world_size,

@@ -10,6 +10,8 @@ from dlprof.schedule import Schedule
 
 RUNS_DIR = Path("dlprof-runs")
 _CAP_CEILING = 2 << 30
+DEFAULT_SAVE_SECONDS = 10.0
+DEFAULT_PAUSE_SHARE = 0.02
 
 
 def default_memory_cap() -> int:
@@ -20,6 +22,13 @@ def default_memory_cap() -> int:
     except (OSError, ValueError, AttributeError):
         return _CAP_CEILING
     return min(_CAP_CEILING, max(16 << 20, total // 10))
+
+
+def save_limits(save_seconds: float | None) -> tuple[float, float | None]:
+    """ProfileConfig's save_seconds and pause_share for a --save-seconds (``save_seconds=``) the
+    user set, kept whatever the saves' pauses cost, or did not (None: the default, within the
+    pause budget)."""
+    return (DEFAULT_SAVE_SECONDS, DEFAULT_PAUSE_SHARE) if save_seconds is None else (save_seconds, None)
 
 
 @dataclass(frozen=True)
@@ -38,15 +47,16 @@ class ProfileConfig:
     # Steps per save when no schedule is given (None: no save by count). Saves also come when
     # dlprof's own memory would pass memory_cap_bytes, at a step boundary when the next step
     # would pass it, inside a step only when it cannot wait; and every save_seconds at a step
-    # boundary while the saves' pauses stay within pause_share of the time recorded
-    # (dlprof.recording.save_policy). They bound the memory profilers hold, and what a run
-    # killed at any moment loses.
+    # boundary (dlprof.recording.save_policy). They bound the memory profilers hold, and what a
+    # run killed at any moment loses.
     flush_steps: int | None = None
-    save_seconds: float = 10.0
+    save_seconds: float = DEFAULT_SAVE_SECONDS
     # At most this many events per save (None: as many as the memory cap holds).
     save_events: int | None = None
     memory_cap_bytes: int = field(default_factory=default_memory_cap)
-    pause_share: float = 0.02
+    # Saves by time wait while their pauses would pass this share of the time recorded; None:
+    # every save_seconds whatever they cost (a user who sets --save-seconds chose that).
+    pause_share: float | None = DEFAULT_PAUSE_SHARE
     # Take steps from the optimizer's step() (dlprof run) rather than prof.step() only.
     auto_steps: bool = False
     # Seconds between host samples (CPU %, RSS).

@@ -264,10 +264,11 @@ class _CollectorsOption(click.Option):
               show_default=True, help="Count the thread that starts profiling, or every thread.")
 @click.option("--with-stack", is_flag=True,
               help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
-@click.option("--save-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              metavar="S", help="Save about this often, at step boundaries, while dlprof's pauses for "
-                                "saves stay under 2% of the run (a run killed loses what came since "
-                                "its last save; dlprof info says the longest stretch).")
+@click.option("--save-seconds", type=click.FloatRange(min=0.1), default=None, metavar="S",
+              help="Save at least this often, at step boundaries (without steps: where no layer or "
+                   "region is open), whatever the pauses cost: a run killed loses what came since its "
+                   "last save. Default: about every 10 s while those pauses stay under 2% of the run "
+                   "(dlprof info says the longest stretch between saves).")
 @click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=None,
               metavar="MIB",
               help="What profiling may hold above the program's own memory: saves come before "
@@ -281,7 +282,7 @@ class _CollectorsOption(click.Option):
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(output: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
-            with_stack: bool, save_seconds: float, memory_cap_mib: int | None, all_threads: bool,
+            with_stack: bool, save_seconds: float | None, memory_cap_mib: int | None, all_threads: bool,
             nproc: int | None, target_and_args: tuple[str, ...]) -> int:
     from dlprof.recording.runner import Target
 
@@ -291,7 +292,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
-    from dlprof.config import ProfileConfig, default_memory_cap
+    from dlprof.config import ProfileConfig, default_memory_cap, save_limits
     from dlprof.distributed import RankEnvironment
     from dlprof.recording.runner import TargetError, run_target
     from dlprof.recording.session import new_run_dir
@@ -311,6 +312,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         _prepare_out(Path(output), force)
     if nproc is not None:
         return _launch(nproc, Path(output) if output else new_run_dir(target.label, runs_dir()), limit)
+    seconds, pause_share = save_limits(save_seconds)
     config = ProfileConfig(
         rank=place.rank,
         world_size=place.world_size,
@@ -323,7 +325,8 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         counter_scope=counter_scope,
         with_stack=with_stack,
         all_threads=all_threads,
-        save_seconds=save_seconds,
+        save_seconds=seconds,
+        pause_share=pause_share,
         memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
     )

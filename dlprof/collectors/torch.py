@@ -238,6 +238,10 @@ class TorchCollector(Collector):
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"cycle-{self._cycle:05d}.json"
         self._kineto.export_chrome_trace(str(path))
+        # Its results (about 1.8 kB an event) are written: free them now, not at the next
+        # prepare_trace, which the run's last cycle never reaches (the finisher converting it
+        # would otherwise run beside them).
+        self._kineto.profiler = None
         job = CycleJob(
             trace=path,
             rank=self._context.config.rank,

@@ -59,7 +59,9 @@ class Pauses:
         self.longest_unforced_in_step_ns = 0  # the longest pause inside a step that memory did not force
 
     def record(self, began_ns: int, cause: PauseCause, inside_step: bool, inside_layer: bool) -> int:
-        """Record the pause from ``began_ns`` (``perf_counter_ns``) to now on this thread.
+        """Record the pause from ``began_ns`` (``perf_counter_ns``) to now on this thread;
+        ``inside_step``: inside a training step (not step 0, which holds the program's start-up),
+        ``inside_layer``: inside a layer's forward.
 
         Returns:
             Its length in nanoseconds.

@@ -14,10 +14,11 @@ that no analysis counts as the user's time, and this policy keeps them where the
   the last): past :data:`PRESSING_SHARE` at a moment with no layer or region open, past
   :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The process's own growth past the whole cap forces a save as well (an
   event rate learned in a quiet phase must not let memory run away).
-- **time**: ``--save-seconds`` after the last save, at a step boundary, if the save's pause (the
-  events it holds at the cost per event the saves so far took) keeps dlprof's pauses within the
-  pause budget (``pause_share`` of the time recorded). A torch program's events cost more than
-  that, so it saves by memory; collectors whose saves cost little save by time.
+- **time**: ``--save-seconds`` after the last save, at a step boundary. By default (10 s) only if
+  the save's pause (the events it holds at the cost per event the saves so far took) keeps
+  dlprof's pauses within the pause budget (``pause_share``, 2% of the time recorded): a torch
+  program's events cost more than that, so it saves by memory, and collectors whose saves cost
+  little save by time. A ``--save-seconds`` the user sets is kept whatever it costs.
 - **first save**: at the first step boundary a second into recording, to learn how fast events
   come and what a save costs per event.
 
@@ -93,8 +94,9 @@ class SaveLimits:
     # What profiling may hold above the program's own memory: the estimate of dlprof's events,
     # each counted until its profiler's stop has built its results.
     memory_bytes: int = _CAP_CEILING
-    # dlprof's pauses for saves by time stay within this share of the time recorded.
-    pause_share: float = 0.02
+    # dlprof's pauses for saves by time stay within this share of the time recorded (None: no
+    # budget, saves every ``seconds``).
+    pause_share: float | None = 0.02
     # At most this many events per save (None: as many as the memory cap holds).
     events: int | None = None
 
@@ -248,7 +250,8 @@ class SaveClock:
         if (now - self._saved_at) / 1e9 < self.limits.seconds:
             return None
         expected_ns = (pending_slices + self.framework_events()) * self._seconds_per_event * 1e9
-        if self._paused_ns + expected_ns <= self.limits.pause_share * (now - self._began):
+        share = self.limits.pause_share
+        if share is None or self._paused_ns + expected_ns <= share * (now - self._began):
             return Due.TIME
         if not self._time_deferred:
             self._time_deferred = True

@@ -422,7 +422,9 @@ class Session:
                 cause = (PauseCause.SAVE_FOR_MEMORY if for_memory
                          else PauseCause.SAVE_INSIDE_STEP if within_step
                          else PauseCause.SAVE)
-                paused = self.pauses.record(began, cause, inside_step=within_step and self.action.records,
+                # Step 0 holds the program's start-up (a warm-up step, left out of step statistics).
+                in_a_step = within_step and self.action.records and self.step_number > 0
+                paused = self.pauses.record(began, cause, inside_step=in_a_step,
                                             inside_layer=any(s.kind == Kind.MODULE for s in opened))
             self._collectors.resume()
         self._save_clock.saved(framework_events, slices.num_rows, paused)

@@ -159,3 +159,12 @@ def test_the_default_cap_is_the_smaller_of_2_gib_and_a_tenth_of_memory() -> None
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert default_memory_cap() == min(2 << 30, memory // 10)
     assert ProfileConfig().memory_cap_bytes == default_memory_cap()
+
+
+def test_a_save_interval_the_user_set_is_kept_whatever_it_costs(fake_time: FakeTime) -> None:
+    clock = SaveClock(SaveLimits(seconds=1.0, memory_bytes=100_000 * MIB, pause_share=None))
+    clock.begin_recording()
+    _learn_rate(clock, fake_time, events_per_second=10_000, pause_s=5.0)  # a save that took 5 s
+    fake_time.advance(1.0)
+    assert clock.due_by_time() is Due.TIME
+    assert ProfileConfig().pause_share == 0.02 and save_policy.SaveLimits().pause_share == 0.02

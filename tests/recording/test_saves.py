@@ -404,9 +404,7 @@ def test_profile_takes_the_save_limits_of_dlprof_run(tmp_path: Path) -> None:
             prof.step()
     saving = dlprof.load(tmp_path / "run").manifest.saving
     assert saving["memory_cap_mib"] == 64
-    # After the first save a save by time was due at each boundary: made, or deferred while the
-    # saves' pauses (milliseconds each here) would pass 2% of the time recorded.
-    assert saving["saves"] > 2 or saving.get("saves_by_time_deferred", 0) >= 1
+    assert saving["saves"] >= 4, "a save at each step that took longer than 0.1 s, whatever it cost"
     with pytest.raises(ValueError, match="save_seconds"):
         dlprof.profile(out=tmp_path / "bad", save_seconds=0)
     with pytest.raises(ValueError, match="memory_cap_mib"):
