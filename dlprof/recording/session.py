@@ -12,14 +12,13 @@ it has, marks the run ``complete``, ``failed`` or ``interrupted``, and lets the 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from dlprof.clock import sample_clocks
@@ -33,6 +32,7 @@ from dlprof.recording.forks import ForkFollower
 from dlprof.recording.pauses import PauseCause, Pauses
 from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.recording.saves import Saver
+from dlprof.recording.sigterm import SigtermGuard, status_for
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest
@@ -52,18 +52,6 @@ def active_session() -> Session | None:
     return _active
 
 
-class Interrupted(BaseException):
-    """Raised in the main thread when SIGTERM arrives, so the program unwinds and the run is saved."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
-
-
 def new_run_dir(name: str, parent: Path = RUNS_DIR) -> Path:
     """A fresh ``<parent>/<YYYYmmdd-HHMMSS>-<name>`` directory (suffixed if taken)."""
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
@@ -73,17 +61,6 @@ def new_run_dir(name: str, parent: Path = RUNS_DIR) -> Path:
         candidate = parent / f"{stem}-{number}"
         number += 1
     return candidate
-
-
-def status_for(error: BaseException | None) -> RunStatus:
-    """The run status that ending with ``error`` (None: normally) gives."""
-    if error is None:
-        return RunStatus.COMPLETE
-    if isinstance(error, (KeyboardInterrupt, Interrupted)):
-        return RunStatus.INTERRUPTED
-    if isinstance(error, SystemExit) and error.code in (None, 0):
-        return RunStatus.COMPLETE
-    return RunStatus.FAILED
 
 
 class Session:
@@ -122,8 +99,7 @@ class Session:
         self.save_waiting = False
         self._waiting_since = 0
         self._context: CollectorContext | None = None
-        self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
-        self._sigterm_held = False
+        self._sigterm = SigtermGuard()
         self._started = False
         # Set by the counters collector at start; regions check it once per enter (None: no cost).
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
@@ -191,7 +167,7 @@ class Session:
             log=self.log,
         )
         self._collectors.start(self._context)
-        self._install_signal_handler()
+        self._sigterm.install()
         self._save_clock.begin_recording()  # what the collectors took to start is not profiling's growth
         self._mid_step.start()
         self.forks.follow()
@@ -330,7 +306,7 @@ class Session:
             return self.manifest
         self.forks.unfollow()
         self._mid_step.stop()
-        self._hold_sigterm()
+        self._sigterm.hold()
         try:
             if self.action.records:
                 self._record_step(self._step_start, time.perf_counter_ns())
@@ -361,7 +337,7 @@ class Session:
                 self.manifest.error = f"{type(error).__name__}: {error}".strip().rstrip(":")
             self._write_manifest()
         finally:
-            self._restore_signal_handler()
+            self._sigterm.restore()
         return self.manifest
 
     def __enter__(self) -> Session:
@@ -489,30 +465,3 @@ class Session:
             if self.config.rank != 0:
                 return
         self.manifest.write(self.run_dir)
-
-    # --- signals ----------------------------------------------------------------------------
-
-    def _install_signal_handler(self) -> None:
-        """Turn SIGTERM into an exception, so the program unwinds and the run is saved."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
-
-    def _hold_sigterm(self) -> None:
-        """While the run is saved, a SIGTERM waits: a launcher stopping every rank after one
-        failed (torchrun does) must not cut the others' saving short."""
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._note_sigterm)
-
-    def _note_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._sigterm_held = True
-
-    def _restore_signal_handler(self) -> None:
-        """Put back the handler found at start, then act on a SIGTERM held while saving."""
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
-        if self._sigterm_held:
-            self._sigterm_held = False
-            os.kill(os.getpid(), signal.SIGTERM)
