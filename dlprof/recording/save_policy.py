@@ -10,9 +10,9 @@ that no analysis counts as the user's time, and this policy keeps them where the
   from the process's growth while torch.profiler records), each counted at what it takes until the
   profiler's stop has built its results (:data:`BYTES_PER_EVENT`). At a step boundary a save is
   made when the next step, as long as the last, would take the estimate past
-  :data:`URGENT_SHARE` of the cap; inside a step only when it nears the cap (a step longer than
-  the last): past :data:`PRESSING_SHARE` at a moment with no layer or region open, past
-  :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The process's own growth past the whole cap forces a save as well (an
+  :data:`PRESSING_SHARE` of the cap; inside a step only when it nears the cap all the same (a
+  step longer than the last): past :data:`PRESSING_SHARE` at a moment with no layer or region
+  open, past :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The process's own growth past the whole cap forces a save as well (an
   event rate learned in a quiet phase must not let memory run away).
 - **time**: ``--save-seconds`` after the last save, at a step boundary. By default (10 s) only if
   the save's pause (the events it holds at the cost per event the saves so far took) keeps
@@ -106,7 +106,7 @@ class Due(Enum):
 
     FIRST = "the first save: how fast events come and what a save costs"
     TIME = "the seconds between saves have passed"
-    MEMORY = "the next step would pass the memory cap"
+    MEMORY = "the next step would take dlprof's memory near the cap"
     URGENT = "memory is at the cap"
 
 
@@ -237,7 +237,7 @@ class SaveClock:
             return Due.URGENT
         since_ns = time.perf_counter_ns() - self._saved_at
         held = self._held(pending_slices)
-        if since_ns > 0 and held * (1 + step_ns / since_ns) >= URGENT_SHARE * self.limits.memory_bytes:
+        if since_ns > 0 and held * (1 + step_ns / since_ns) >= PRESSING_SHARE * self.limits.memory_bytes:
             return Due.MEMORY
         return self.due_by_time(pending_slices)
 

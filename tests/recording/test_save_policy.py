@@ -70,7 +70,7 @@ def _learn_rate(clock: SaveClock, fake_time: FakeTime, events_per_second: float,
 def test_a_step_boundary_saves_when_the_next_step_would_pass_the_cap(fake_time: FakeTime) -> None:
     clock = _clock(fake_time)
     _learn_rate(clock, fake_time, events_per_second=10_000)  # 23 MB of held events a second
-    fake_time.advance(2.0)  # 46 MB held: a step of 2.5 s would make 103.5, past 90% of 100 MiB
+    fake_time.advance(2.0)  # 46 MB held: a step of 2.5 s would make 103.5, past 80% of 100 MiB
     assert clock.held_bytes() == 20_000 * BYTES_PER_EVENT
     assert clock.at_boundary(step_ns=2_500_000_000) is Due.MEMORY
     assert clock.at_boundary(step_ns=500_000_000) is None, "a short step fits: the save waits"
