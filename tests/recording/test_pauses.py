@@ -22,7 +22,7 @@ from dlprof.keys import Kind, StoreTable
 from dlprof.recording.pauses import PauseCause
 from dlprof.recording.session import Session
 from dlprof.store.layout import rank_dir, rank_files
-from tests.recording.test_saves import assert_self_time_is_what_children_leave, assert_well_nested
+from tests.recording.well_nested import assert_self_time_is_what_children_leave, assert_well_nested
 
 
 def _spin(ns: int) -> None:
