@@ -12,8 +12,11 @@ that no analysis counts as the user's time, and this policy keeps them where the
   made when the next step, as long as the last, would take the estimate past
   :data:`PRESSING_SHARE` of the cap; inside a step only when it nears the cap all the same (a
   step longer than the last): past :data:`PRESSING_SHARE` at a moment with no layer or region
-  open, past :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The process's own growth past the whole cap forces a save as well (an
-  event rate learned in a quiet phase must not let memory run away).
+  open, past :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The
+  process's own growth counts as well, against the whole cap (predicted at a boundary, past it
+  anywhere): an event rate learned in a quiet phase must not let memory run away, and while
+  torch.profiler records, the heap grows with the tensors the program frees between its events
+  (on a GPT-style model on a CPU, about 12 kB per event in the first cycle, reused after it).
 - **time**: ``--save-seconds`` after the last save, at a step boundary. By default (10 s) only if
   the save's pause (the events it holds at the cost per event the saves so far took) keeps
   dlprof's pauses within the pause budget (``pause_share``, 2% of the time recorded): a torch
@@ -236,9 +239,12 @@ class SaveClock:
         if self.urgent(pending_slices):
             return Due.URGENT
         since_ns = time.perf_counter_ns() - self._saved_at
-        held = self._held(pending_slices)
-        if since_ns > 0 and held * (1 + step_ns / since_ns) >= PRESSING_SHARE * self.limits.memory_bytes:
-            return Due.MEMORY
+        if since_ns > 0:
+            # The next step, as long as the last, grows both as the steps since the save did.
+            ahead = 1 + step_ns / since_ns
+            if (self._held(pending_slices) * ahead >= PRESSING_SHARE * self.limits.memory_bytes
+                    or self._read_growth() * ahead >= self.limits.memory_bytes):
+                return Due.MEMORY
         return self.due_by_time(pending_slices)
 
     def due_by_time(self, pending_slices: int = 0) -> Due | None:

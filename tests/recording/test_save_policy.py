@@ -168,3 +168,17 @@ def test_a_save_interval_the_user_set_is_kept_whatever_it_costs(fake_time: FakeT
     fake_time.advance(1.0)
     assert clock.due_by_time() is Due.TIME
     assert ProfileConfig().pause_share == 0.02 and save_policy.SaveLimits().pause_share == 0.02
+
+
+def test_a_step_boundary_saves_before_the_process_would_grow_past_the_cap(fake_time: FakeTime) -> None:
+    """While torch.profiler records, the heap grows with the program's freed tensors, beyond what
+    the events themselves hold: a boundary saves before the next step would take that growth
+    past the cap, rather than memory forcing a save inside the step."""
+    memory = FakeMemory()
+    clock = _clock(fake_time, memory=memory)
+    _learn_rate(clock, fake_time, events_per_second=10)  # the events alone hold next to nothing
+    memory.bytes += 60 * MIB
+    fake_time.advance(1.0)
+    assert clock.at_boundary(step_ns=500_000_000) is None, "60 MiB, and 30 more in the next step"
+    assert clock.at_boundary(step_ns=1_000_000_000) is Due.MEMORY, "60 more would pass 100 MiB"
+    assert not clock.urgent()
