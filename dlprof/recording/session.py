@@ -209,33 +209,41 @@ class Session:
             return  # steps are the parent's
         now = time.perf_counter_ns()
         previous = self.action
-        if previous.records:
-            self._record_step(self._step_start, now)
+        ending, start = self.step_number, self._step_start
+        transition = previous is not self.schedule.action(ending + 1)
+        due = (self.save_waiting or (previous is Action.RECORD_AND_SAVE and self.config.saves_by_schedule)
+               or self._save_clock.at_boundary(len(self.slices), now - start) is not None)
+        # A region the step began (the loop body's) ends a moment after the step: the save waits
+        # until it has, so that it nests in its step as a whole run would have it. (One begun in
+        # an earlier step and still open spans steps, as an epoch's does: not waited for.)
+        waits = due and self._regions_begun_since(start)
+        # Saved at once without a profiler cycle in between, the step ends where the save cuts
+        # the ranges the program has open (a torch range it ends in, the optimizer's step whose
+        # hook ends it, then nests in it).
+        ends_at_cut = due and not waits and not transition and previous.records
+        if previous.records and not ends_at_cut:
+            self._record_step(start, now)
         self.step_number += 1
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
-        if previous is not self.action:  # the profilers may stop or start: dlprof's time
+        if transition:  # the profilers may stop or start: dlprof's time
             self._collectors.cut()
             began = time.perf_counter_ns()
             self._collectors.on_step(self.step_number, previous, self.action)
             self.pauses.record(began, PauseCause.CYCLE, inside_step=False, inside_layer=False)
             self._collectors.resume()
-        else:
+        if waits:
+            self.save_waiting = True
+            self._waiting_since = start
+        elif due:
+            self.save_waiting = False
+            # The next step begins after the pause, before the ranges enter the next recording.
+            self._save(begin_step=True,
+                       on_cut=(lambda cut_ns: self._record_step(start, cut_ns, ending)) if ends_at_cut else None)
+        if not transition:
             self._collectors.on_step(self.step_number, previous, self.action)
-        saved_by_schedule = previous is Action.RECORD_AND_SAVE and self.config.saves_by_schedule
-        if (self.save_waiting or saved_by_schedule
-                or self._save_clock.at_boundary(len(self.slices), now - self._step_start) is not None):
-            if self._regions_begun_since(self._step_start):
-                # A region the step began (the loop body's) ends a moment after the step:
-                # save once it has, so that it nests in its step as a whole run would have it.
-                # (One begun in an earlier step and still open spans steps, as an epoch's
-                # does: the save does not wait for it.)
-                self.save_waiting = True
-                self._waiting_since = self._step_start
-            else:
-                self.save_waiting = False
-                self._save()
-        self._begin_step()
+        if not due or waits:
+            self._begin_step()
 
     def log(self, source: SeriesSource, split: str, values: Sequence[tuple[str, float | None]],
             step: int | None = None, **where: Any) -> None:
@@ -258,8 +266,7 @@ class Session:
         two steps as any step's save is, if no other region of that step is still open."""
         if self.save_waiting and not self._regions_begun_since(self._waiting_since):
             self.save_waiting = False
-            self._save()
-            self._begin_step()
+            self._save(begin_step=True)
 
     def _save_would_split(self) -> bool:
         """Whether a save inside the step now would cut work that nests badly across saves: a
@@ -358,8 +365,8 @@ class Session:
         if self._counter_deltas is not None:
             self._counter_deltas.record(slice_id, before, after)
 
-    def _record_step(self, start: int, end: int) -> None:
-        code = self.slices.intern(STEP_NAME.format(self.step_number))
+    def _record_step(self, start: int, end: int, number: int | None = None) -> None:
+        code = self.slices.intern(STEP_NAME.format(self.step_number if number is None else number))
         slice_id = self.slices.record(self._step_kind, code, self._step_tid, start, end, -1, self._step_id)
         if self.counter_reader is not None:
             self.record_counts(slice_id, self._step_counts, self.counter_reader())
@@ -372,9 +379,13 @@ class Session:
         self._previous_step_start = self._step_start
         self._step_start = time.perf_counter_ns()
 
-    def _save(self, within_step: bool = False, final: bool = False) -> None:
+    def _save(self, within_step: bool = False, final: bool = False, begin_step: bool = False,
+              on_cut: Callable[[int], None] | None = None) -> None:
         """Save what was recorded since the last save; ``within_step``: the step goes on;
-        ``final``: the run ends (the program is no longer held, so no pause is recorded).
+        ``final``: the run ends (the program is no longer held, so no pause is recorded);
+        ``begin_step``: a step boundary's save: the next step begins after the pause, before the
+        collectors record again (so what they enter again lies in it); ``on_cut``: told the
+        moment the collectors ended what the program had open (the step ends there).
 
         The pause it makes is recorded as a slice from after the collectors ended what the
         program had open in their recordings (cut) to before they record again (resume), so
@@ -382,6 +393,8 @@ class Session:
         for_memory = within_step and self._save_clock.pressing(len(self.slices))
         self._collectors.cut()
         began = time.perf_counter_ns()
+        if on_cut is not None:
+            on_cut(began)
         self._save_clock.begin_save(len(self.slices))
         opened: list[OpenSlice] = []
         try:
@@ -402,6 +415,8 @@ class Session:
                 in_a_step = within_step and self.action.records and self.step_number > 0
                 paused = self.pauses.record(began, cause, inside_step=in_a_step,
                                             inside_layer=any(s.kind == Kind.MODULE for s in opened))
+            if begin_step:
+                self._begin_step()
             self._collectors.resume()
         self._save_clock.saved(framework_events, slices.num_rows, paused)
 

@@ -134,11 +134,12 @@ def test_real_runs_are_well_nested(fixture: str, request: pytest.FixtureRequest)
 
 
 def _ticks(ns: int) -> None:
-    """Record tiny regions for ``ns``: events piling up inside a step, as a model's ops do."""
+    """Record small regions for ``ns``: events piling up inside a step, as a model's ops do (each
+    20 µs long, so that they are never throttled as too many too brief)."""
     end = time.perf_counter_ns() + ns
     while time.perf_counter_ns() < end:
         with dlprof.region("tick"):
-            pass
+            _spin(20_000)
 
 
 def test_saves_inside_steps_keep_the_run_well_nested(tmp_path: Path) -> None:
