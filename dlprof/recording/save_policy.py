@@ -22,8 +22,9 @@ that no analysis counts as the user's time, and this policy keeps them where the
   dlprof's pauses within the pause budget (``pause_share``, 2% of the time recorded): a torch
   program's events cost more than that, so it saves by memory, and collectors whose saves cost
   little save by time. A ``--save-seconds`` the user sets is kept whatever it costs.
-- **first save**: at the first step boundary a second into recording, to learn how fast events
-  come and what a save costs per event.
+- **first save**: a second into recording, at the first step boundary or, in the first step, a
+  moment when no layer or region is open, to learn how fast events come and what a save costs
+  per event.
 
 A program with no steps (none ended so far) is one long step: the watchdog saves it at a moment
 when no layer or region is open (:class:`MidStepSaves`), for the same reasons. Memory that cannot
@@ -174,6 +175,11 @@ class SaveClock:
         self.peak_held_bytes = max(self.peak_held_bytes, held)
         if held > self.limits.memory_bytes or self._growth > self.limits.memory_bytes:
             self.overflows += 1
+
+    def ended(self) -> None:
+        """The run ends (its last save is made after the collectors stopped, so it teaches
+        nothing of the run): only the stretch since the save before counts."""
+        self.longest_between_saves_ns = max(self.longest_between_saves_ns, time.perf_counter_ns() - self._saved_at)
 
     def saved(self, framework_events: int, slices: int, pause_ns: int) -> None:
         """A save was made: it held ``framework_events`` events of the profilers (estimated from
@@ -346,10 +352,11 @@ class MidStepSaves:
             return Ask.URGENT
         if self._clock.pressing(pending):
             return Ask.QUIET
-        # A program that ended no step in its first save_seconds has none: saves by time come
-        # where no layer or region is open.
-        if (not self._has_steps() and self._clock.recorded_s() >= self._clock.limits.seconds
-                and self._clock.due_by_time(pending) is not None):
+        # Before its first step ends, a program is saved where no layer or region is open: the
+        # first save (that learns the event rate), and, once it has ended no step in its first
+        # save_seconds (it has none), saves by time.
+        due = None if self._has_steps() else self._clock.due_by_time(pending)
+        if due is Due.FIRST or (due is not None and self._clock.recorded_s() >= self._clock.limits.seconds):
             return Ask.QUIET
         return None
 

@@ -395,7 +395,10 @@ class Session:
         began = time.perf_counter_ns()
         if on_cut is not None:
             on_cut(began)
-        self._save_clock.begin_save(len(self.slices))
+        if final:  # the last save comes after the collectors stopped: no figure of the run's
+            self._save_clock.ended()
+        else:
+            self._save_clock.begin_save(len(self.slices))
         opened: list[OpenSlice] = []
         try:
             self._collectors.save()
@@ -418,7 +421,8 @@ class Session:
             if begin_step:
                 self._begin_step()
             self._collectors.resume()
-        self._save_clock.saved(framework_events, slices.num_rows, paused)
+        if not final:
+            self._save_clock.saved(framework_events, slices.num_rows, paused)
 
     def _open_slices(self, within_step: bool) -> list[OpenSlice]:
         """The slices under way now: the step (when saving inside it), regions, layers."""

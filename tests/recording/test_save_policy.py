@@ -148,10 +148,17 @@ def test_a_program_without_steps_is_saved_at_quiet_moments_once_it_has_none(fake
     clock = _clock(fake_time, seconds=10.0, grows=False)
     steps = MidStepSaves(clock, save=lambda: None, pending_events=lambda: 0, has_steps=lambda: True)
     stepless = MidStepSaves(clock, save=lambda: None, pending_events=lambda: 0, has_steps=lambda: False)
+    fake_time.advance(0.5)
+    assert stepless.wanted() is None
+    fake_time.advance(0.6)
+    assert stepless.wanted() is Ask.QUIET, "the first save, in the first step, where nothing is open"
+    assert steps.wanted() is None, "a program with steps makes it at a boundary"
+    clock.begin_save()
+    clock.saved(100, 10, 1_000_000)
     fake_time.advance(5.0)
-    assert stepless.wanted() is None, "no step yet, but the program has run less than save_seconds"
+    assert stepless.wanted() is None, "the seconds between saves have not passed"
     fake_time.advance(6.0)
-    assert stepless.wanted() is Ask.QUIET
+    assert stepless.wanted() is Ask.QUIET, "no step in its first save_seconds: saves by time where nothing is open"
     assert steps.wanted() is None, "a program with steps saves by time at its boundaries only"
 
 

@@ -338,7 +338,7 @@ def test_a_long_run_without_steps_stays_bounded_with_its_data_saved(tmp_path: Pa
 
     def profiled(iterations: int) -> tuple[int, dlprof.Run]:
         out = tmp_path / f"run-{iterations}"
-        peak = peak_rss([sys.executable, "-m", "dlprof", "run", "--top", "0", "--memory-cap", "128",
+        peak = peak_rss([sys.executable, "-m", "dlprof", "run", "--top", "0", "--memory-cap", "64",
                          "-o", str(out), str(script), str(iterations)])
         return peak, dlprof.load(out)
 
