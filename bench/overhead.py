@@ -19,10 +19,11 @@ the cost of a cycle's save, post-processing time per event, and bytes per event 
        D   dlprof, collectors=("torch",)
        E   dlprof, collectors=("layers",)
 
-2. Cycle saves. Blocks of 30 steps never reach the end of a profiling cycle (every
-   ``flush_steps`` = 100 steps by default), where torch.profiler stops, hands over its trace
-   and restarts, and dlprof exports it and starts converting it in a child process. Blocks of
-   ``flush_steps + 20`` steps of A, B, Bx, C, D measure that step, and the 20 steps after it.
+2. Cycle saves. Blocks of 30 steps never reach the end of a profiling cycle (every 100 steps
+   here, both profilers given that schedule: dlprof's own policy saves by memory and time),
+   where torch.profiler stops, hands over its trace and restarts, and dlprof exports it and
+   starts converting it in a child process. Blocks of 120 steps of A, B, Bx, C, D measure that
+   step, and the 20 steps after it.
 
 3. Post-processing. The time from the profiled program's last step to dlprof's return from
    ``stop()`` (or, under ``dlprof run``, from the script's last line of output to the process's
@@ -64,12 +65,13 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
 import dlprof
 from dlprof.collectors.torch import hide_kineto_chatter
-from dlprof.config import ProfileConfig
 from dlprof.schedule import Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "torch_cnn.py"
-FLUSH_STEPS = ProfileConfig().flush_steps
+# The cycle both profilers save at in the blocks of steps (torch.profiler's schedule, dlprof's
+# --schedule): dlprof's own policy saves by memory and time, which these blocks never reach.
+FLUSH_STEPS = 100
 # Lines Kineto prints on every start and stop; anything else written to stderr is shown.
 
 StepHook = Callable[[], None] | None
@@ -137,7 +139,7 @@ def torch_options() -> dict[str, Any]:
 
 
 def every_step(step: int) -> ProfilerAction:
-    """Record every step; save every FLUSH_STEPS steps, as dlprof's default schedule does."""
+    """Record every step; save every FLUSH_STEPS steps, as dlprof's blocks do."""
     if step % FLUSH_STEPS == FLUSH_STEPS - 1:
         return ProfilerAction.RECORD_AND_SAVE
     return ProfilerAction.RECORD
@@ -170,6 +172,7 @@ def with_dlprof(collectors: tuple[str, ...] | None) -> Callable[[Path], contextl
     def opened(scratch: Path) -> Iterator[StepHook]:
         out = scratch / f"run-{time.perf_counter_ns()}"
         options: dict[str, Any] = {} if collectors is None else {"collectors": collectors}
+        options["schedule"] = Schedule.every_step(FLUSH_STEPS)
         try:
             with dlprof.profile(out=out, **options) as session:
                 yield session.step

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlprof.config import ProfileConfig
+from dlprof.config import ProfileConfig, default_memory_cap, save_limits
 from dlprof.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -64,8 +64,8 @@ def profile(
     all_threads: bool = False,
     counters: tuple[str, ...] | list[str] = (),
     counter_scope: str = "thread",
-    save_seconds: float = 10.0,
-    memory_cap_mib: int = 512,
+    save_seconds: float | None = None,
+    memory_cap_mib: int | None = None,
     force: bool = False,
     strict: bool = False,
 ) -> Session:
@@ -90,10 +90,13 @@ def profile(
             ``dlprof counters``); adds the ``counters`` collector. A counter that cannot be
             counted here is reported and left out.
         counter_scope: ``"thread"`` (the thread that starts the session) or ``"process"``.
-        save_seconds: save at least this often (inside a step if need be): a process killed at
-            any moment loses at most about this much (as ``dlprof run --save-seconds``).
-        memory_cap_mib: save whenever memory grew by half of this since the last save, so
-            that profiling holds about this much above the program's own (``--memory-cap``).
+        save_seconds: save at least this often, at step boundaries (without steps, where no
+            layer or region is open), whatever the pauses cost: a process killed loses what came
+            since its last save (as ``dlprof run --save-seconds``). None: about every 10 s while
+            those pauses stay under 2% of the run.
+        memory_cap_mib: what profiling may hold above the program's own memory: saves come
+            before dlprof's events would pass it (``--memory-cap``); None, the smaller of 2048
+            MiB and a tenth of this machine's memory.
         force: replace the run already in ``out`` (as ``dlprof run --force``); without it an
             ``out`` that holds a run is refused. Ranks of a job share ``out`` and never check.
         strict: a collector that cannot record is an error, not a degraded run (as ``dlprof run
@@ -118,14 +121,15 @@ def profile(
     place = RankEnvironment.from_environment()
     if counter_scope not in ("thread", "process"):
         raise ValueError(f"counter_scope {counter_scope!r}: choose thread or process")
-    if save_seconds < 0.1:
+    if save_seconds is not None and save_seconds < 0.1:
         raise ValueError(f"save_seconds {save_seconds}: at least 0.1")
-    if memory_cap_mib < 16:
+    if memory_cap_mib is not None and memory_cap_mib < 16:
         raise ValueError(f"memory_cap_mib {memory_cap_mib}: at least 16")
     if out is not None and place.world_size == 1:
         from dlprof.store.new_run import prepare_run_dir
 
         prepare_run_dir(Path(out), force, force_hint="force=True")
+    seconds, pause_share = save_limits(save_seconds)
     config = ProfileConfig(
         out=Path(out) if out is not None else None,
         name=name,
@@ -138,8 +142,9 @@ def profile(
         all_threads=all_threads,
         counters=tuple(counters),
         counter_scope=counter_scope,
-        save_seconds=save_seconds,
-        memory_cap_bytes=memory_cap_mib << 20,
+        save_seconds=seconds,
+        pause_share=pause_share,
+        memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         rank=place.rank,
         world_size=place.world_size,
         strict=strict,

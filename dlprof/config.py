@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlprof.schedule import Schedule
 
 RUNS_DIR = Path("dlprof-runs")
+_CAP_CEILING = 2 << 30
+DEFAULT_SAVE_SECONDS = 10.0
+DEFAULT_PAUSE_SHARE = 0.02
+
+
+def default_memory_cap() -> int:
+    """What profiling may hold by default: the smaller of 2 GiB and a tenth of this machine's
+    memory (at least 16 MiB)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return _CAP_CEILING
+    return min(_CAP_CEILING, max(16 << 20, total // 10))
+
+
+def save_limits(save_seconds: float | None) -> tuple[float, float | None]:
+    """ProfileConfig's save_seconds and pause_share for a --save-seconds (``save_seconds=``) the
+    user set, kept whatever the saves' pauses cost, or did not (None: the default, within the
+    pause budget)."""
+    return (DEFAULT_SAVE_SECONDS, DEFAULT_PAUSE_SHARE) if save_seconds is None else (save_seconds, None)
 
 
 @dataclass(frozen=True)
@@ -23,14 +44,19 @@ class ProfileConfig:
     collectors: tuple[str, ...] | None = None
     # Which steps are recorded; None records every step.
     schedule: Schedule | None = None
-    # Steps per save when no schedule is given; saves also come at the latest after
-    # save_seconds, save_events events, or memory_cap_bytes / 2 of memory growth (whichever
-    # first), inside a step if need be: they bound the memory profilers hold, and what a run
-    # killed at any moment loses.
-    flush_steps: int = 100
-    save_seconds: float = 10.0
-    save_events: int = 250_000
-    memory_cap_bytes: int = 512 << 20
+    # Steps per save when no schedule is given (None: no save by count). Saves also come when
+    # dlprof's own memory would pass memory_cap_bytes, at a step boundary when the next step
+    # would pass it, inside a step only when it cannot wait; and every save_seconds at a step
+    # boundary (dlprof.recording.save_policy). They bound the memory profilers hold, and what a
+    # run killed at any moment loses.
+    flush_steps: int | None = None
+    save_seconds: float = DEFAULT_SAVE_SECONDS
+    # At most this many events per save (None: as many as the memory cap holds).
+    save_events: int | None = None
+    memory_cap_bytes: int = field(default_factory=default_memory_cap)
+    # Saves by time wait while their pauses would pass this share of the time recorded; None:
+    # every save_seconds whatever they cost (a user who sets --save-seconds chose that).
+    pause_share: float | None = DEFAULT_PAUSE_SHARE
     # Take steps from the optimizer's step() (dlprof run) rather than prof.step() only.
     auto_steps: bool = False
     # Seconds between host samples (CPU %, RSS).
@@ -60,4 +86,11 @@ class ProfileConfig:
 
     @property
     def effective_schedule(self) -> Schedule:
-        return self.schedule or Schedule.every_step(self.flush_steps)
+        # Without flush_steps the cycles' ends are not saves (see saves_by_schedule).
+        return self.schedule or Schedule.every_step(self.flush_steps or Schedule.active)
+
+    @property
+    def saves_by_schedule(self) -> bool:
+        """Whether the schedule's cycles end in saves (a schedule given, or flush_steps): else
+        saves come by memory and time only."""
+        return self.schedule is not None or self.flush_steps is not None

@@ -47,6 +47,7 @@ EXPECTED_CATEGORY = {
     "memcpy": "gpu_memcpy",
     "memset": "gpu_memset",
     "runtime": "cuda_runtime",
+    "profiler": "overhead",  # dlprof's own pauses: Kineto's category for the profiler's overhead
     "cuda_sync": "cuda_sync",  # not a dlprof kind: the recorded trace's own Kineto category
 }
 

@@ -13,10 +13,12 @@ from dlprof.analysis.ancestry import nearest_ancestor
 from dlprof.analysis.device_time import grouped_device_time_sql
 from dlprof.analysis.sql import (
     DEVICE_KINDS_SQL,
+    IS_PAUSE,
     launch_calls,
     launches_sql,
     rank_condition,
     scope_layer_calls_sql,
+    user_time,
 )
 from dlprof.engine.rows import Rows
 from dlprof.keys import DEVICE_KINDS, GroupKey, Kind, SortKey
@@ -101,7 +103,8 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
 
     A layer's self time is its time outside the layers inside it (its own ops included), as a
     TAU timer's exclusive time is its time outside other timers: the time of the slices directly
-    in it would be the hooks' and Python's time between the ops.
+    in it would be the hooks' and Python's time between the ops. Total times are the user's
+    (:func:`user_time`), and a layer's self time leaves out dlprof's pauses directly in it too.
 
     ``call_key`` tells the calls apart: each slice is a call, except a layer derived from
     TensorFlow name scopes, whose pieces in one step are one call (one batch).
@@ -120,8 +123,10 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
         name = "coalesce(s.op_type, s.name)"
     if kind == Kind.MODULE:
         is_layer = f"kind = {d.literal(str(Kind.MODULE))}"
-        inner = (f"SELECT rank, ancestor_id AS id, sum(dur_ns) AS inner_ns FROM "
-                 f"({nearest_ancestor(d, is_layer, rank, among=is_layer)}) AS layers "
+        # The layers directly inside each layer, and dlprof's pauses directly in it (not in one of them).
+        inner = (f"SELECT rank, ancestor_id AS id, sum(dur_ns) AS inner_ns, "
+                 "count(CASE WHEN is_wanted THEN 1 END) AS layers FROM "
+                 f"({nearest_ancestor(d, is_layer, rank, among=f'{is_layer} OR {IS_PAUSE}')}) AS layers "
                  "WHERE ancestor_id IS NOT NULL GROUP BY rank, ancestor_id")
         joins += f" LEFT JOIN ({inner}) AS inner_layers ON inner_layers.rank = s.rank AND inner_layers.id = s.id"
         self_ns = "greatest(s.dur_ns - coalesce(inner_layers.inner_ns, 0), 0)"
@@ -129,13 +134,14 @@ def _selection(run: Run, kind: str, group_by: GroupKey, rank: int | None, within
                   "ON scope_calls.rank = s.rank AND scope_calls.id = s.id")
         call_key = "coalesce(scope_calls.call_key, s.id)"
         if leaves:
-            conditions += " AND inner_layers.id IS NULL"
+            conditions += " AND coalesce(inner_layers.layers, 0) = 0"
     if within is not None:
         enclosing = f"name = {d.literal(within)}"
         joins += (f" JOIN ({nearest_ancestor(d, enclosing, rank)}) AS within_ "
                   "ON within_.rank = s.rank AND within_.id = s.id AND within_.ancestor_id IS NOT NULL")
     return (
-        f"SELECT s.id, s.rank, {name} AS name, coalesce(s.input_shapes, '') AS input_shapes, s.dur_ns, "
+        f"SELECT s.id, s.rank, {name} AS name, coalesce(s.input_shapes, '') AS input_shapes, "
+        f"{user_time('s')} AS dur_ns, "
         f"{self_ns} AS self_ns, s.bytes, s.flops, {call_key} AS call_key FROM slices s{joins} "
         f"WHERE s.kind = {d.literal(str(kind))}{rank_condition(rank, 's.rank')}{conditions}"
     )

@@ -38,7 +38,7 @@ import pandas as pd
 
 from dlprof.analysis.ancestry import nested_in_same
 from dlprof.analysis.energy import StepPower, cost, step_energy, step_power
-from dlprof.analysis.sql import rank_condition
+from dlprof.analysis.sql import rank_condition, user_time
 from dlprof.analysis.steps import StepStatus, step_report
 from dlprof.keys import DiffBasis, Kind
 from dlprof.store.reader import Run
@@ -234,7 +234,7 @@ def _side(run: Run, rank: int | None, kind: str) -> tuple[pd.DataFrame, float]:
     where = f"kind = {d.literal(str(kind))}{rank_condition(rank)}"
     per_name = run.sql(
         f"WITH nesting AS ({nested_in_same('kind', where)}) SELECT s.name, count(*) AS calls, "
-        "sum(s.dur_ns) AS time, sum(CASE WHEN n.nested THEN 0 ELSE s.dur_ns END) AS outermost "
+        f"sum({user_time('s')}) AS time, sum(CASE WHEN n.nested THEN 0 ELSE {user_time('s')} END) AS outermost "
         f"FROM slices s JOIN nesting n ON n.rank = s.rank AND n.id = s.id GROUP BY s.name"
     )
     total = float(per_name["outermost"].sum()) if len(per_name) else 0.0

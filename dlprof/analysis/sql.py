@@ -1,4 +1,5 @@
-"""SQL that several analyses share: which slices are device work, and which CPU op launched it.
+"""SQL that several analyses share: which slices are device work, which CPU op launched it, and
+what of a slice's time was the user's (not dlprof's own pauses).
 
 Each helper returns a query (or a condition) over the run's views, in the SQL both engines speak
 (:mod:`dlprof.engine.dialect`), for an analysis to put in a ``WITH`` clause::
@@ -14,6 +15,24 @@ from dlprof.keys import DEVICE_KINDS, SCOPE_LAYER_CATEGORY, Kind
 DEVICE_KINDS_SQL = "(" + ", ".join(f"'{k}'" for k in sorted(DEVICE_KINDS)) + ")"
 # A slice on a CPU thread, as nesting decides (a missing device is the CPU).
 ON_CPU = "coalesce(device, 'cpu') = 'cpu'"
+
+
+# dlprof's own pauses of the program (a save, a profiler cycle's stop and start): slices of
+# their own kind, never the user's time.
+IS_PAUSE = f"kind = '{Kind.PROFILER}'"
+
+
+def user_time(alias: str = "") -> str:
+    """A slice's time less dlprof's own pauses inside it: the user's time, wherever an analysis
+    shows a slice's total time (``pause_ns`` was computed once, when the run was written; runs
+    written before it read null). Self time needs nothing: a pause is a child of the slice it
+    fell in, so the store's ``self_ns`` already leaves it out.
+
+    Args:
+        alias: the table alias of ``slices`` in the query (``s``), or none.
+    """
+    column = f"{alias}." if alias else ""
+    return f"({column}dur_ns - coalesce({column}pause_ns, 0))"
 
 
 def rank_condition(rank: int | None, column: str = "rank") -> str:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof.analysis.ancestry import nested_in_same
-from dlprof.analysis.sql import rank_condition, scope_layer_calls_sql
+from dlprof.analysis.sql import rank_condition, scope_layer_calls_sql, user_time
 from dlprof.analysis.threads import thread_roles
 from dlprof.store.reader import Run
 
@@ -121,6 +121,7 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
         f"WHERE parent_id IS NOT NULL{only} GROUP BY rank, parent_id), "
         "flat AS (SELECT s.rank, coalesce(s.pid, 0) AS pid, coalesce(s.tid, 0) AS tid, "
         "coalesce(s.device, '') AS device, coalesce(s.name, '') AS name, s.start_ns, coalesce(s.dur_ns, 0) AS dur_ns, "
+        f"coalesce({user_time('s')}, 0) AS user_ns, "
         "coalesce(s.self_ns, 0) AS self_ns, coalesce(c.subrs, 0) AS subrs, n.nested, scope_calls.call_key "
         "FROM slices s "
         "JOIN nesting n ON n.rank = s.rank AND n.id = s.id "
@@ -128,7 +129,7 @@ def tau_profiles(run: Run, rank: int | None = None) -> list[ThreadProfile]:
         f"LEFT JOIN ({scope_layer_calls_sql(run.engine.dialect, rank)}) AS scope_calls "
         f"ON scope_calls.rank = s.rank AND scope_calls.id = s.id WHERE TRUE{rank_condition(rank, 's.rank')}) "
         "SELECT rank, pid, tid, device, name, CAST(sum(self_ns) AS BIGINT) AS exclusive_ns, "
-        "CAST(coalesce(sum(dur_ns) FILTER (WHERE NOT nested), 0) AS BIGINT) AS inclusive_ns, "
+        "CAST(coalesce(sum(user_ns) FILTER (WHERE NOT nested), 0) AS BIGINT) AS inclusive_ns, "
         # The pieces of one call of a TensorFlow scope layer are one call.
         "count(*) - count(call_key) + count(DISTINCT call_key) AS calls, "
         "CAST(sum(subrs) AS BIGINT) AS subrs, min(start_ns) AS first_ns, "

@@ -107,6 +107,8 @@ def print_info(run: Run, console: Console) -> None:
     facts.add_row("normalised", _shown(normalised or "nothing changed: every slice as recorded"))
     if manifest.saving:
         facts.add_row("saved", _shown(_saving(manifest.saving)))
+    if manifest.saving.get("pauses"):
+        facts.add_row("pauses", _shown(_pauses(manifest.saving["pauses"], manifest.duration_ns)))
     for name, throttled in manifest.saving.get("throttled", {}).items():
         facts.add_row("throttled", _shown(f"{name}: {throttled['calls']:,} later calls counted, not traced "
                                         f"(more than {THROTTLE_CALLS:,} calls at under "
@@ -125,11 +127,19 @@ def print_info(run: Run, console: Console) -> None:
 
 def _saving(saving: dict[str, Any]) -> str:
     """How the run was saved while it went on, in one line."""
-    parts = [f"{saving.get('saves', 0)} saves ({saving.get('saves_within_steps', 0)} inside steps)",
-             f"memory grew at most {saving.get('peak_memory_growth_mib', 0)} MiB between saves "
-             f"(cap {saving.get('memory_cap_mib', '-')} MiB)"]
+    parts = [f"{saving.get('saves', 0)} saves ({saving.get('saves_within_steps', 0)} inside steps)"]
+    if "peak_held_mib" in saving:
+        parts.append(f"dlprof held at most {saving['peak_held_mib']} MiB of events between saves, estimated "
+                     f"(cap {saving.get('memory_cap_mib', '-')} MiB)")
+    else:  # runs saved by the process's growth
+        parts.append(f"memory grew at most {saving.get('peak_memory_growth_mib', 0)} MiB between saves "
+                     f"(cap {saving.get('memory_cap_mib', '-')} MiB)")
     if saving.get("saves_past_memory_cap"):
         parts.append(f"{saving['saves_past_memory_cap']} found it past the cap")
+    if "longest_between_saves_s" in saving:
+        parts.append(f"at most {saving['longest_between_saves_s']} s between saves")
+    if saving.get("saves_by_time_deferred"):
+        parts.append(f"saves by time waited {saving['saves_by_time_deferred']} time(s) for the pause budget")
     if saving.get("within_steps_unavailable"):
         parts.append(saving["within_steps_unavailable"])
     children = saving.get("forked_children", {})
@@ -141,6 +151,19 @@ def _saving(saving: dict[str, Any]) -> str:
     if children.get("not_followed"):
         parts.append(f"child processes not followed: {len(children['not_followed'])}")
     return "; ".join(parts)
+
+
+def _pauses(pauses: dict[str, Any], duration_ns: int) -> str:
+    """dlprof's own pauses of the program, in one line (none of them is the user's time)."""
+    count = pauses.get("count", 0)
+    total_ms = float(pauses.get("total_ms", 0.0))
+    share = f", {100 * total_ms * 1e6 / duration_ns:.1f}% of the run" if duration_ns else ""
+    text = (f"{count} by dlprof ({total_ms / 1000:.2f} s{share}; longest {pauses.get('longest_ms', 0)} ms): "
+            f"{pauses.get('inside_steps', 0)} inside steps, {pauses.get('inside_layers', 0)} inside layers, "
+            f"{pauses.get('for_memory', 0)} for memory that could not wait")
+    if pauses.get("longest_unforced_inside_step_ms"):
+        text += f"; longest inside a step not for memory {pauses['longest_unforced_inside_step_ms']} ms"
+    return text
 
 
 def _status(run: Run) -> Text:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,27 +56,51 @@ DLPROF_RUN_DIR variable, or a name every rank derives from the launcher (pid and
 
 
 class _SavingStatus:
-    """A spinner on stderr while the run is saved (nothing shows while the script runs)."""
+    """A spinner on stderr while the run is saved (nothing shows while the script runs).
+
+    Its refresh runs on a thread of dlprof's own name (``dlprof-status``): rich's own refresh
+    thread is named like the program's (``Thread-1``), and the torch collector, which notes the
+    threads the program starts, would count it as one of them.
+    """
+
+    REFRESH_S = 0.08  # the spinner's frame rate, as rich's status spinner
 
     def __init__(self) -> None:
         from rich.console import Console
 
         self._console = Console(stderr=True)
-        self._status: Any = None
+        self._live: Any = None
+        self._spinner: Any = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def update(self, phase: str) -> None:
-        if self._status is None:
-            self._status = self._console.status(phase)
-            self._status.start()
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        if self._live is None:
+            self._spinner = Spinner("dots", text=phase)
+            self._live = Live(self._spinner, console=self._console, transient=True, auto_refresh=False)
+            self._live.start()
+            self._thread = threading.Thread(target=self._refresh, name="dlprof-status", daemon=True)
+            self._thread.start()
         else:
-            self._status.update(phase)
+            self._spinner.update(text=phase)
+            self._live.refresh()
+
+    def _refresh(self) -> None:
+        while not self._stopping.wait(self.REFRESH_S):
+            self._live.refresh()
 
     def __enter__(self) -> _SavingStatus:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.stop()
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._live is not None:
+            self._live.stop()
 
 
 def rank_table_state(rank: int, rank_status: RunStatus, job_status: RunStatus) -> str:
@@ -254,13 +279,16 @@ class _CollectorsOption(click.Option):
               show_default=True, help="Count the thread that starts profiling, or every thread.")
 @click.option("--with-stack", is_flag=True,
               help="Record the Python stack of every op (torch collector; costly), for dlprof tree --view code.")
-@click.option("--save-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              metavar="S", help="Save at least this often (inside a step if need be); a run killed "
-                                "at any moment loses at most this much.")
-@click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=512,
-              show_default=True, metavar="MIB",
-              help="Save whenever memory grew by half of this since the last save, so that "
-                   "profiling takes at most about this much above the program's own.")
+@click.option("--save-seconds", type=click.FloatRange(min=0.1), default=None, metavar="S",
+              help="Save at least this often, at step boundaries (without steps: where no layer or "
+                   "region is open), whatever the pauses cost: a run killed loses what came since its "
+                   "last save. Default: about every 10 s while those pauses stay under 2% of the run "
+                   "(dlprof info says the longest stretch between saves).")
+@click.option("--memory-cap", "memory_cap_mib", type=click.IntRange(min=16), default=None,
+              metavar="MIB",
+              help="What profiling may hold above the program's own memory: saves come before "
+                   "dlprof's events would pass it, at step boundaries, inside a step only when "
+                   "they cannot wait. Default: the smaller of 2048 and a tenth of this machine's memory.")
 @click.option("--all-threads", is_flag=True,
               help="Record the torch ops of every Python thread, not only the main one's "
                    "(torch.profiler then records no allocations).")
@@ -272,8 +300,8 @@ class _CollectorsOption(click.Option):
 @click.argument("target_and_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def command(output: str | None, force: bool, module: str | None, collectors: str | None, schedule: str | None,
             no_auto_steps: bool, limit: int, counters: str | None, counter_scope: str,
-            with_stack: bool, save_seconds: float, memory_cap_mib: int, all_threads: bool,
-            nproc: int | None, strict: bool, target_and_args: tuple[str, ...]) -> int:
+             with_stack: bool, save_seconds: float | None, memory_cap_mib: int | None, all_threads: bool,
+             nproc: int | None, strict: bool, target_and_args: tuple[str, ...]) -> int:
     from dlprof.recording.runner import Target
 
     if module:
@@ -282,7 +310,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         target = Target(target_and_args[0], is_module=False, args=target_and_args[1:])
     else:
         raise UsageError("dlprof run: name a script to run (dlprof run train.py) or -m module")
-    from dlprof.config import ProfileConfig
+    from dlprof.config import ProfileConfig, default_memory_cap, save_limits
     from dlprof.distributed import RankEnvironment
     from dlprof.recording.collector_set import CollectorError
     from dlprof.recording.runner import TargetError, run_target
@@ -303,6 +331,7 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         _prepare_out(Path(output), force)
     if nproc is not None:
         return _launch(nproc, Path(output) if output else new_run_dir(target.label, runs_dir()), limit)
+    seconds, pause_share = save_limits(save_seconds)
     config = ProfileConfig(
         rank=place.rank,
         world_size=place.world_size,
@@ -315,8 +344,9 @@ def command(output: str | None, force: bool, module: str | None, collectors: str
         counter_scope=counter_scope,
         with_stack=with_stack,
         all_threads=all_threads,
-        save_seconds=save_seconds,
-        memory_cap_bytes=memory_cap_mib << 20,
+        save_seconds=seconds,
+        pause_share=pause_share,
+        memory_cap_bytes=memory_cap_mib << 20 if memory_cap_mib is not None else default_memory_cap(),
         command=tuple(sys.argv) if sys.argv and sys.argv[0] else ("dlprof", "run", target.name),
         strict=strict,
     )

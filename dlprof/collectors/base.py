@@ -180,8 +180,18 @@ class Collector(ABC):
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         """A step boundary: ``step`` begins with ``action``; the step before had ``previous``."""
 
+    def cut(self) -> None:
+        """A save (or a profiler cycle's stop) is about to hold the program: end now what the
+        program has open in this collector's recording that must not span dlprof's pause (torch's
+        ``record_function`` ranges), to enter it again at :meth:`resume`."""
+
     def save(self) -> None:
-        """The session saves: write what was buffered, hand over the cycle under way."""
+        """The session saves: write what was buffered, hand over the cycle under way (a profiler
+        stopped here starts again at :meth:`resume`)."""
+
+    def resume(self) -> None:
+        """dlprof's pause of the program is over: record again (what :meth:`cut` ended is entered
+        again here, after the pause, so that it never holds dlprof's time)."""
 
     def save_would_split(self) -> bool:
         """Whether a save now, inside a step, would cut work this collector times as one piece

@@ -86,8 +86,10 @@ _TRANSITIONS: dict[tuple[_State, _State], tuple[str, ...]] = {
     (_State.RECORDING, _State.IDLE): ("stop", "save"),
     (_State.RECORDING, _State.WARMING): ("stop", "save", "prepare"),
 }
-# A save while recording: cut here, and go on recording.
-_CUT = ("stop", "save", "prepare", "start")
+# A save while recording: cut here and prepare the next recording, which starts once dlprof's
+# pause of the program is over (resume()), so that the ranges the program has open (ended at
+# cut()) enter it again after the pause, not inside it.
+_CUT = ("stop", "save", "prepare")
 
 
 class TorchCollector(Collector):
@@ -127,6 +129,7 @@ class TorchCollector(Collector):
         self._clock_offsets: list[int] = []
         self._dropped: dict[str, int] = {}  # Kineto events the conversions dropped as damaged, per reason
         self._marker: tuple[int, int] | None = None
+        self._resuming = False  # a save stopped the recording: resume() starts the next
         # dlprof saves every cycle itself; torch's reminder that cycles are cleared is noise here.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         # trace_only: Kineto skips building the event tree that only prof.events() reads (the
@@ -176,9 +179,21 @@ class TorchCollector(Collector):
         self._enter(_STATE_OF_ACTION[action])  # what it finds lost was lost in the step ending now
         self._step = step
 
+    def cut(self) -> None:
+        if self._state is _State.RECORDING:
+            self._ranges.stopping()
+
     def save(self) -> None:
         if self._state is _State.RECORDING and not self._lost():
             self._run(_CUT)
+            self._resuming = True
+
+    def resume(self) -> None:
+        if self._resuming:
+            self._resuming = False
+            self._run(("start",))
+        elif self._state is _State.RECORDING:
+            self._ranges.started()  # cut() without a save (a schedule's boundary)
 
     def save_would_split(self) -> bool:
         return self._state is _State.RECORDING and self._ranges.inside_cpp_range()
@@ -315,6 +330,10 @@ class TorchCollector(Collector):
         # Kineto says a failed write on fd 2 and raises nothing: the save says it once instead.
         with hidden_chatter(lambda line: any(words in line for words in _WRITE_FAILED)):
             self._kineto.export_chrome_trace(str(path))
+        # Its results (about 1.8 kB an event) are written: free them now, not at the next
+        # prepare_trace, which the run's last cycle never reaches (the finisher converting it
+        # would otherwise run beside them).
+        self._kineto.profiler = None
         if not path.is_file():
             raise _not_written(path)
         job = CycleJob(

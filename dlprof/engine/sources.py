@@ -34,7 +34,7 @@ STORE_COLUMNS: dict[StoreTable, tuple[tuple[str, str], ...]] = {
         ("bytes", "BIGINT"), ("grid", "STRING"), ("block", "STRING"), ("registers", "INT"),
         ("shared_memory", "BIGINT"), ("blocks_per_sm", "FLOAT"), ("warps_per_sm", "FLOAT"),
         ("occupancy", "FLOAT"), ("stream", "BIGINT"), ("op_type", "STRING"), ("scope", "STRING"),
-        ("args", "STRING"),
+        ("args", "STRING"), ("pause_ns", "BIGINT"),
     ),
     StoreTable.COUNTERS: (
         ("pid", "BIGINT"), ("device", "STRING"), ("track", "STRING"), ("ts_ns", "BIGINT"),

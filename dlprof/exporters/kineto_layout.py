@@ -45,6 +45,7 @@ CATEGORY_OF_KIND: dict[str, str] = {
     Kind.MEMCPY: "gpu_memcpy",
     Kind.MEMSET: "gpu_memset",
     Kind.RUNTIME: "cuda_runtime",
+    Kind.PROFILER: "overhead",  # dlprof's own pauses: Kineto's category for the profiler's overhead
 }
 
 # (Kineto argument name, slice column, parse): the typed columns written back as arguments.

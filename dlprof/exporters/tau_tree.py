@@ -61,7 +61,8 @@ class SliceTree:
         self.tracks = len(track_keys)
         self.parent = parent_positions(slices)
         self.ids = pd.MultiIndex.from_arrays([rank, slices["id"].astype("int64").to_numpy()])
-        self.dur_ns = slices["dur_ns"].fillna(0).astype("int64").to_numpy()
+        # The user's time: dlprof's own pauses inside a slice are not its (their own timers hold them).
+        self.dur_ns = (slices["dur_ns"].fillna(0) - slices["pause_ns"].fillna(0)).astype("int64").to_numpy()
         self.self_ns = slices["self_ns"].fillna(0).astype("int64").to_numpy()
         self.children = np.bincount(self.parent[self.parent >= 0], minlength=len(self.parent))
         # Names are cleaned once per distinct name; two names that clean alike are one timer.

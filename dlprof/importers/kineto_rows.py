@@ -50,6 +50,8 @@ KIND_OF_CATEGORY: dict[str, str] = {
     "privateuse1_runtime": Kind.RUNTIME,
     "privateuse1_driver": Kind.RUNTIME,
     "hpu_op": Kind.RUNTIME,  # Gaudi's host-side runtime calls
+    # The profiler's own overhead (dlprof's pauses in its Chrome export): never the user's time.
+    "overhead": Kind.PROFILER,
     # torch 1.8/1.9: "Operator" for ops and steps, "Python" for Python functions.
     "Operator": Kind.OP,
     "Kernel": Kind.KERNEL,

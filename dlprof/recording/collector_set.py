@@ -2,7 +2,7 @@
 
     collectors = CollectorSet(resolve_names(config), infos=manifest.collectors)
     collectors.start(context)      # now, or once the program imports each one's framework
-    collectors.save()              # at every save of the session
+    collectors.cut(); collectors.save(); collectors.resume()   # at every save of the session
     collectors.stop(report)        # in reverse start order; a failure is noted, never raised
 
 A collector whose ``framework`` the program has not imported yet waits for it: one import watch
@@ -182,6 +182,10 @@ class CollectorSet:
     def save_would_split(self) -> bool:
         return any(collector.save_would_split() for collector in self._running)
 
+    def cut(self) -> None:
+        for collector in self._running:
+            collector.cut()
+
     def save(self) -> None:
         for collector in list(self._running):
             try:
@@ -191,6 +195,15 @@ class CollectorSet:
                     raise  # the run's, not this collector's: the session stops the recording
                 self._drop(collector, "its save", failure)
 
+    def resume(self) -> None:
+        for collector in list(self._running):
+            try:
+                collector.resume()
+            except Exception as failure:  # never the program's error
+                if disk_full(failure):
+                    raise  # the run's, not this collector's: the session stops the recording
+                self._drop(collector, "its resume after a save", failure)
+
     def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:
         """Stop the running collectors in reverse start order; note those that never started.
 
@@ -198,6 +211,10 @@ class CollectorSet:
             report: told which collector's data is being saved (a progress display).
             quiet: note a collector's failure in the manifest only (the recording stopped, and
                 that was said once already).
+
+        Raises:
+            OSError: a collector's last data found the disk full: the run's failure, not that
+                collector's, raised once every collector has stopped.
         """
         for watch in self._watches:
             watch.cancel()
@@ -205,16 +222,23 @@ class CollectorSet:
             for cls in waiting:
                 self._info(cls.name).notes.append(f"the program did not import {framework}: nothing recorded")
         self._waiting.clear()
+        full: OSError | None = None
         for collector in reversed(self._running):
             if report is not None:
                 report(f"dlprof: saving {collector.name} data")
             try:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
-                self._failed(collector.name, "failed while stopping", failure, say=not quiet)
+                if disk_full(failure):
+                    full = full or failure  # type: ignore[assignment]
+                    self._info(collector.name).notes.append("its last data met the full disk")
+                else:
+                    self._failed(collector.name, "failed while stopping", failure, say=not quiet)
         for collector in [*self._running, *self._dropped]:
             self._degraded.extend(f"{collector.name} collector {line}" for line in collector.degraded
                                   if f"{collector.name} collector {line}" not in self._degraded)
+        if full is not None:
+            raise full
 
     def converted(self, name: str, result: dict[str, Any]) -> None:
         """One of a collector's cycles was converted (from the finisher's thread, or at stop)."""

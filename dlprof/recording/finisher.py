@@ -79,9 +79,9 @@ def finish(job: SaveJob) -> Result:
 
     Returns:
         ``number``, ``rows`` per table, ``nesting`` (what nesting changed), ``open_children_ns``,
-        ``open_starts_ns``, ``open_depths`` and ``open_parents`` (per slice still open at the
-        save: the time of its children here, where nesting moved its start, its depth and its
-        parent here), ``cycles`` (each
+        ``open_starts_ns``, ``open_depths``, ``open_parents`` and ``open_pause_ns`` (per slice
+        still open at the save: the time of its children here, where nesting moved its start,
+        its depth, its parent and dlprof's pauses inside it here), ``cycles`` (each
         conversion's result, with the ``collector`` it goes to) and ``seconds``.
     """
     began = time.perf_counter()
@@ -106,6 +106,7 @@ def finish(job: SaveJob) -> Result:
         "open_starts_ns": {str(k): v for k, v in report.open_slices.starts_ns.items()},
         "open_depths": {str(k): v for k, v in report.open_slices.depths.items()},
         "open_parents": {str(k): v for k, v in report.open_slices.parents.items()},
+        "open_pause_ns": {str(k): v for k, v in report.open_slices.pause_ns.items()},
         "cycles": cycles,
         "seconds": time.perf_counter() - began,
     }

@@ -42,6 +42,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from dlprof.recording.failures import failure_words
+from dlprof.recording.pauses import PauseCause, Pauses
 from dlprof.recording.save_policy import in_dlprof_code
 from dlprof.store.ids import forked_slot
 from dlprof.store.safe_files import write_text
@@ -66,8 +67,10 @@ _registered = False
 class ForkFollower:
     """Keeps the slices a forked child records, under the parent's rank."""
 
-    def __init__(self, slices: SliceBuffer, sink: Sink, run_dir: Path, on_child: Callable[[], None]) -> None:
+    def __init__(self, slices: SliceBuffer, sink: Sink, run_dir: Path, on_child: Callable[[], None],
+                 pauses: Pauses | None = None) -> None:
         self.slices = slices
+        self.pauses = pauses  # a child's writes hold its thread: dlprof's pauses
         self.sink = sink
         self.run_dir = run_dir
         self.on_child = on_child  # the session forgets what belongs to the parent
@@ -105,7 +108,7 @@ class ForkFollower:
         """
         if not self.in_child or self.failed:
             return
-        self._saved_at = time.perf_counter_ns()
+        began = self._saved_at = time.perf_counter_ns()
         if len(self.slices) or self._wanted:
             try:
                 batch = self.slices.drain()
@@ -113,6 +116,8 @@ class ForkFollower:
                 for kind in batch.column("kind").to_pylist():
                     self._saved_kinds[kind] = self._saved_kinds.get(kind, 0) + 1
                 self._acknowledge()
+                if self.pauses is not None and batch.num_rows:  # saved with the child's next save
+                    self.pauses.record(began, PauseCause.FLUSH, inside_step=False, inside_layer=False)
             except Exception as failure:  # noqa: BLE001  dlprof's failure is never the program's
                 self.stop_on_failure(failure)
 

@@ -23,7 +23,8 @@ from types import TracebackType
 from dlprof.config import ProfileConfig
 from dlprof.keys import SeriesSource
 from dlprof.recording.failures import say_stopped, source_stopped_reason
-from dlprof.recording.session import Interrupted, Session
+from dlprof.recording.session import Session
+from dlprof.recording.sigterm import Interrupted
 from dlprof.store.manifest import Manifest
 from dlprof.support.mllog import MllogEvent, tee_mllog
 

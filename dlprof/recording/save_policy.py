@@ -1,21 +1,39 @@
-"""When a session saves: at the end of a profiling cycle, and at the latest when too many seconds,
-events or bytes of memory have gathered since the last save, whichever comes first.
+"""When a session saves, and where: at step boundaries, unless memory cannot wait.
 
-Steps are the natural place to save: the session asks :meth:`SaveClock.due` at every step
-boundary (a clock reading; the process's memory is read at most every 50 ms). A program with
-no steps, or with steps longer than the limits, is saved inside a step: a watchdog thread that
-finds a save overdue asks the main thread for one as a signal handler would be
-(``_thread.interrupt_main(SIGURG)``: no signal is sent, so no system call of the program's is
-interrupted, a blocking socket read in a library's C++ included), and the handler saves between
-two bytecodes of the program, unless dlprof's own code is under way there or a collector says a
-save would cut its work in two (a backward under way: see ``Collector.save_would_split``), in
-which case the watchdog asks again shortly. A program blocked in C code the whole time is saved when it returns. So
-memory stays bounded and a run killed at any moment keeps all but its last few seconds::
+A save stops the framework profilers and takes what they hold: torch.profiler's stop and export
+run on the program's thread holding the GIL, about 7 µs per event on a CPU, so every save is a
+pause of the program. dlprof records each as a ``profiler`` slice (:mod:`dlprof.recording.pauses`)
+that no analysis counts as the user's time, and this policy keeps them where they cost least:
+
+- **memory**: dlprof's own memory is estimated from its events (the slice buffer's, counted; the
+  framework profilers', from the rate at which they came before the last save, or before any save
+  from the process's growth while torch.profiler records), each counted at what it takes until the
+  profiler's stop has built its results (:data:`BYTES_PER_EVENT`). At a step boundary a save is
+  made when the next step, as long as the last, would take the estimate past
+  :data:`PRESSING_SHARE` of the cap; inside a step only when it nears the cap all the same (a
+  step longer than the last): past :data:`PRESSING_SHARE` at a moment with no layer or region
+  open, past :data:`URGENT_SHARE` wherever the program is (waiting would pass the cap). The
+  process's own growth counts as well, against the whole cap (predicted at a boundary, past it
+  anywhere): an event rate learned in a quiet phase must not let memory run away, and while
+  torch.profiler records, the heap grows with the tensors the program frees between its events
+  (on a GPT-style model on a CPU, about 12 kB per event in the first cycle, reused after it).
+- **time**: ``--save-seconds`` after the last save, at a step boundary. By default (10 s) only if
+  the save's pause (the events it holds at the cost per event the saves so far took) keeps
+  dlprof's pauses within the pause budget (``pause_share``, 2% of the time recorded): a torch
+  program's events cost more than that, so it saves by memory, and collectors whose saves cost
+  little save by time. A ``--save-seconds`` the user sets is kept whatever it costs.
+- **first save**: a second into recording, at the first step boundary or, in the first step, a
+  moment when no layer or region is open, to learn how fast events come and what a save costs
+  per event.
+
+A program with no steps (none ended so far) is one long step: the watchdog saves it at a moment
+when no layer or region is open (:class:`MidStepSaves`), for the same reasons. Memory that cannot
+wait is saved wherever the program is, between two bytecodes::
 
     clock = SaveClock(SaveLimits())
-    if clock.due(pending_events=len(buffer)):   # at a step boundary
-        save(); clock.restart()
-    requests = MidStepSaves(clock, save=lambda: session.save_within_step())
+    if clock.at_boundary(pending_slices=len(buffer), step_ns=last_step_ns):   # a step ends
+        clock.begin_save(); ...; clock.saved(framework_events, slices, pause_ns)
+    requests = MidStepSaves(clock, save=..., pending_events=..., has_steps=..., quiet=...)
     requests.start() ... requests.stop()
 """
 
@@ -28,13 +46,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from types import FrameType
 
 from dlprof.support.dynamo import keep_out_of_dynamo
 from dlprof.support.import_watch import ImportWatch
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-# How often the process's memory is read at step boundaries, at most.
+# How often the process's memory is read, at most.
 _MEMORY_CHECK_NS = 50_000_000
 # The signal whose handler makes a save (a real one is ignored: nothing uses it, and its default
 # is to be ignored).
@@ -42,33 +61,61 @@ SAVE_SIGNAL = signal.SIGURG
 # dlprof modules that are on the stack under the program itself, not above it.
 _UNDER_THE_PROGRAM = ("dlprof.recording.runner", "dlprof.cli", "dlprof.__main__")
 
-
-# Memory a profiler takes per event: torch 2.13's Kineto keeps about 80 bytes per CPU op while
-# recording, then builds its results at stop, about 5 kB per event. So the growth of the
-# process counts events as they come, before any save says how fast they come.
-RECORDING_BYTES_PER_EVENT = 100
-STOP_BYTES_PER_EVENT = 5_000
+# What a framework profiler's event takes until it is saved (torch 2.13's Kineto, CPU, shapes and
+# memory recorded, measured): about 450 bytes while recording, then 1,800 more once the stop has
+# built its results, held until the export is written. The cap bounds the sum.
+RECORDING_BYTES_PER_EVENT = 450
+BYTES_PER_EVENT = 2_300
+# A slice of dlprof's own buffer (steps, regions, layers), in its columns and then as Arrow.
+SLICE_BYTES = 120
 # Bytes of a saved profiler trace per event (Kineto's Chrome JSON: 300 to 400): how the events of
 # a save are counted before it is converted.
 TRACE_BYTES_PER_EVENT = 350
+# The share of the cap past which a save cannot wait for a step boundary: the rest is the room
+# the watchdog needs to get to it. Past PRESSING_SHARE (a step longer than the one before it) a
+# save inside the step waits for a moment with no layer or region open, if one comes in time.
+URGENT_SHARE = 0.9
+PRESSING_SHARE = 0.8
+# The first save, to learn the event rate and a save's cost per event, a second into recording.
+FIRST_SAVE_NS = 1_000_000_000
+# What a save costs per event before one has been measured (torch.profiler's stop and export).
+FIRST_GUESS_S_PER_EVENT = 10e-6
+_CAP_CEILING = 2 << 30
+
+
+def default_memory_cap() -> int:
+    """The smaller of 2 GiB and a tenth of this machine's memory."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * _PAGE
+    except (OSError, ValueError, AttributeError):
+        return _CAP_CEILING
+    return min(_CAP_CEILING, max(16 << 20, total // 10))
 
 
 @dataclass(frozen=True)
 class SaveLimits:
-    """At most this much between two saves."""
+    """What saves are made for."""
 
+    # At most this long between two saves, as far as the pause budget allows.
     seconds: float = 10.0
-    # Events recorded by every source, estimated from how fast earlier saves filled.
-    events: int = 250_000
-    # What profiling may take above the program's own memory: saves come often enough that
-    # stopping a profiler (STOP_BYTES_PER_EVENT) takes at most half of it (the profilers' own
-    # state and buffers take the rest), and a save is made when the process grew by half of
-    # it. A save that finds all of it used is counted (SaveClock.overflows).
-    memory_bytes: int = 512 << 20
+    # What profiling may hold above the program's own memory: the estimate of dlprof's events,
+    # each counted until its profiler's stop has built its results.
+    memory_bytes: int = _CAP_CEILING
+    # dlprof's pauses for saves by time stay within this share of the time recorded (None: no
+    # budget, saves every ``seconds``).
+    pause_share: float | None = 0.02
+    # At most this many events per save (None: as many as the memory cap holds).
+    events: int | None = None
 
-    @property
-    def events_per_save(self) -> int:
-        return max(1_000, min(self.events, self.memory_bytes // 2 // STOP_BYTES_PER_EVENT))
+
+class Due(Enum):
+    """Why a save is due."""
+
+    FIRST = "the first save: how fast events come and what a save costs"
+    TIME = "the seconds between saves have passed"
+    MEMORY = "the next step would take dlprof's memory near the cap"
+    URGENT = "memory is at the cap"
+    REQUESTED = "a step boundary's save waited for a C++ range to end"
 
 
 def resident_bytes() -> int:
@@ -89,110 +136,202 @@ class SaveClock:
         limits: the limits.
         memory: reads the process's resident memory.
         growth_counts_events: whether the process's growth counts events (while torch.profiler
-            records: it keeps RECORDING_BYTES_PER_EVENT per event and little else grows).
+            records: before any save has measured the event rate, its growth is its events).
         """
         self.limits = limits
         self._memory = memory
         self._growth_counts_events = growth_counts_events
-        self._events_per_second = 0.0
-        self.overflows = 0  # saves that found memory grown past the whole limit
-        self.peak_growth_bytes = 0
+        self._began = time.perf_counter_ns()
+        self._events_per_second = 0.0  # the framework profilers', over the last save's window
+        self._seconds_per_event = FIRST_GUESS_S_PER_EVENT
+        self._paused_ns = 0  # saves' pauses so far
+        self._time_deferred = False
+        self.saves = 0
+        self.deferred = 0  # saves due by time that waited, for the pause budget
+        self.overflows = 0  # saves made with the estimate (or the process's growth) past the cap
+        self.peak_held_bytes = 0
+        self.longest_between_saves_ns = 0  # what a run killed at the worst moment would have lost
         self.saving = False  # a save is under way: none is due until it is made
         self._recorded_s = 0.0
         self.restart()
 
     def restart(self) -> None:
-        """A save was just made (or recording began)."""
+        """A save was just made (or collectors just started: what they took is not events)."""
         self.saving = False
         now = time.perf_counter_ns()
         self._saved_at = now
         self._checked_at = now
         self._baseline = self._memory()
         self._growth = 0
-        self._events_due = False
-        self._requested = ""
+        self._time_deferred = False
+        self._requested = False
 
-    def request(self, reason: str) -> None:
-        """A save was due where none could be made (a step boundary inside a C++ range): one is
-        due from now on, for ``reason``, until it is made."""
-        self._requested = reason
+    def request(self) -> None:
+        """A save was due at a step boundary where none could be made (inside a C++ range): one
+        is due from now on, inside the step where nothing is open or at the next boundary,
+        until it is made."""
+        self._requested = True
 
-    def begin_save(self) -> None:
-        """A save begins: what was recorded since the last one ends here."""
+    @property
+    def requested(self) -> bool:
+        """Whether a step boundary's save is owed (see :meth:`request`)."""
+        return self._requested
+
+    def begin_recording(self) -> None:
+        """Recording begins: the pause budget counts from now."""
+        self._began = time.perf_counter_ns()
+        self.restart()
+
+    def begin_save(self, pending_slices: int = 0) -> None:
+        """A save begins, with ``pending_slices`` of dlprof's own: what was recorded since the
+        last one ends here."""
+        held = self._held(pending_slices)
         self.saving = True
         self._recorded_s = (time.perf_counter_ns() - self._saved_at) / 1e9
+        self.peak_held_bytes = max(self.peak_held_bytes, held)
+        if held > self.limits.memory_bytes or self._growth > self.limits.memory_bytes:
+            self.overflows += 1
 
-    def learn(self, events: int) -> None:
-        """How many events the save under way holds (estimated from its traces' sizes): how
-        many profilers are taken to hold after so many seconds without saying."""
-        if self._recorded_s > 0 and events > 0:
-            self._events_per_second = events / self._recorded_s
+    def ended(self) -> None:
+        """The run ends (its last save is made after the collectors stopped, so it teaches
+        nothing of the run): only the stretch since the save before counts."""
+        self.longest_between_saves_ns = max(self.longest_between_saves_ns, time.perf_counter_ns() - self._saved_at)
 
-    def due(self, pending_events: int = 0) -> str | None:
-        """Why a save is due now, or None.
+    def saved(self, framework_events: int, slices: int, pause_ns: int) -> None:
+        """A save was made: it held ``framework_events`` events of the profilers (estimated from
+        their traces' sizes) and ``slices`` of dlprof's own, and paused the program
+        ``pause_ns``. Learns the profilers' event rate and a save's cost per event from it."""
+        if self._recorded_s > 0:
+            self._events_per_second = framework_events / self._recorded_s
+        events = framework_events + slices
+        if events >= 1_000:  # a few events say little of the cost of many
+            self._seconds_per_event = pause_ns / 1e9 / events
+        self._paused_ns += pause_ns
+        self.saves += 1
+        self.longest_between_saves_ns = max(self.longest_between_saves_ns, time.perf_counter_ns() - self._saved_at)
+        self.restart()
 
-        Args:
-            pending_events: events dlprof itself recorded since the last save.
-        """
-        if self.saving:
-            return None
-        if self._requested:
-            return self._requested
+    def framework_events(self) -> float:
+        """The framework profilers' events since the last save, estimated."""
+        seconds = (time.perf_counter_ns() - self._saved_at) / 1e9
+        if self._events_per_second > 0:
+            return self._events_per_second * seconds
+        if self._growth_counts_events():
+            return max(0, self._read_growth()) / RECORDING_BYTES_PER_EVENT
+        return 0.0
+
+    def held_bytes(self, pending_slices: int = 0) -> int:
+        """What dlprof holds now, estimated (see the module's docstring)."""
+        return self._held(pending_slices)
+
+    def _held(self, pending_slices: int) -> int:
+        return int(pending_slices * SLICE_BYTES + self.framework_events() * BYTES_PER_EVENT)
+
+    def _read_growth(self) -> int:
         now = time.perf_counter_ns()
-        seconds = (now - self._saved_at) / 1e9
-        if seconds >= self.limits.seconds:
-            return f"{self.limits.seconds:g} s since the last save"
         if now - self._checked_at >= _MEMORY_CHECK_NS:
             self._checked_at = now
             self._growth = self._memory() - self._baseline
-            self.peak_growth_bytes = max(self.peak_growth_bytes, self._growth)
-        events = pending_events + self._events_per_second * seconds
-        if self._growth_counts_events():
-            events = max(events, self._growth / RECORDING_BYTES_PER_EVENT)
-        if events >= self.limits.events_per_save:
-            self._events_due = True
-            return f"about {self.limits.events_per_save:,} events since the last save"
-        if self._growth >= self.limits.memory_bytes // 2:
-            if self._growth >= self.limits.memory_bytes:
-                self.overflows += 1
-            return f"memory grew {self._growth >> 20} MiB since the last save"
+        return self._growth
+
+    def _events_over(self, pending_slices: int) -> bool:
+        limit = self.limits.events
+        return limit is not None and pending_slices + self.framework_events() >= limit
+
+    def urgent(self, pending_slices: int = 0) -> bool:
+        """Whether memory cannot wait for a step boundary (the estimate past URGENT_SHARE of the
+        cap, the process grown past the whole cap, or the event limit reached)."""
+        return (self._held(pending_slices) >= URGENT_SHARE * self.limits.memory_bytes
+                or self._read_growth() >= self.limits.memory_bytes or self._events_over(pending_slices))
+
+    def pressing(self, pending_slices: int = 0) -> bool:
+        """Whether memory nears the cap (past PRESSING_SHARE): a save inside a step is wanted at
+        the next moment with no layer or region open."""
+        return self._held(pending_slices) >= PRESSING_SHARE * self.limits.memory_bytes or self.urgent(pending_slices)
+
+    def at_boundary(self, pending_slices: int = 0, step_ns: int = 0) -> Due | None:
+        """Why a save is due at this step boundary, or None.
+
+        Args:
+            pending_slices: slices dlprof itself recorded since the last save.
+            step_ns: how long the step that just ended took (the next is taken to be as long).
+        """
+        if self.saving:
+            return None
+        if self.urgent(pending_slices):
+            return Due.URGENT
+        if self._requested:
+            return Due.REQUESTED
+        since_ns = time.perf_counter_ns() - self._saved_at
+        if since_ns > 0:
+            # The next step, as long as the last, grows both as the steps since the save did.
+            ahead = 1 + step_ns / since_ns
+            if (self._held(pending_slices) * ahead >= PRESSING_SHARE * self.limits.memory_bytes
+                    or self._read_growth() * ahead >= self.limits.memory_bytes):
+                return Due.MEMORY
+        return self.due_by_time(pending_slices)
+
+    def due_by_time(self, pending_slices: int = 0) -> Due | None:
+        """Why a save is due by time (the first save, or the seconds between saves, within the
+        pause budget), or None."""
+        now = time.perf_counter_ns()
+        if self.saves == 0 and now - self._began >= min(FIRST_SAVE_NS, self.limits.seconds * 1e9):
+            return Due.FIRST
+        if (now - self._saved_at) / 1e9 < self.limits.seconds:
+            return None
+        expected_ns = (pending_slices + self.framework_events()) * self._seconds_per_event * 1e9
+        share = self.limits.pause_share
+        if share is None or self._paused_ns + expected_ns <= share * (now - self._began):
+            return Due.TIME
+        if not self._time_deferred:
+            self._time_deferred = True
+            self.deferred += 1
         return None
 
-    def seconds_until_due(self, pending_events: int = 0) -> float:
-        """How long until the events expected make a save due (a guess from how fast they came)."""
-        rate = self._events_per_second
+    def seconds_until_pressing(self, pending_slices: int = 0) -> float:
+        """How long until memory nears the cap, at the rate events came (a guess)."""
+        rate = self._events_per_second * BYTES_PER_EVENT
         if rate <= 0:
             return self.limits.seconds
-        seconds = (time.perf_counter_ns() - self._saved_at) / 1e9
-        return max(0.0, (self.limits.events_per_save - pending_events) / rate - seconds)
+        room = PRESSING_SHARE * self.limits.memory_bytes - self._held(pending_slices)
+        return max(0.0, room / rate)
 
-    def urgent(self) -> bool:
-        """Whether the save due is for memory's sake: it cannot wait for a step boundary."""
-        return self._events_due or self._growth >= self.limits.memory_bytes // 2
+    def recorded_s(self) -> float:
+        """Seconds since recording began."""
+        return (time.perf_counter_ns() - self._began) / 1e9
+
+
+class Ask(Enum):
+    """What the watchdog asks of the main thread."""
+
+    URGENT = "urgent"  # memory: save wherever the program is (between two bytecodes)
+    QUIET = "quiet"  # memory nearing the cap, or a program without steps: once no layer or region is open
 
 
 class MidStepSaves:
-    """Saves inside a step, asked of the main thread when no step boundary comes in time."""
+    """Saves inside a step: for memory that cannot wait, and in programs without steps."""
 
     def __init__(self, clock: SaveClock, save: Callable[[], None], pending_events: Callable[[], int],
-                 grace_s: float = 0.5, interval_s: float = 0.1,
-                 would_split: Callable[[], bool] = lambda: False) -> None:
+                 has_steps: Callable[[], bool] = lambda: True, quiet: Callable[[], bool] = lambda: True,
+                 interval_s: float = 0.1, would_split: Callable[[], bool] = lambda: False) -> None:
         """Args:
         clock: the session's save clock.
         save: makes a save inside the current step (called in the main thread).
-        pending_events: events dlprof itself recorded since the last save.
+        pending_events: slices dlprof itself recorded since the last save.
+        has_steps: whether the program has ended a step yet (one that has saves at boundaries).
+        quiet: whether no layer or region is open (where a program without steps may be saved).
         would_split: whether a save now would cut work one source times from work another
             times inside it (see Collector.save_would_split): then the watchdog asks again.
-        grace_s: how long a due save may wait for a step boundary before one is asked for.
-        interval_s: how often the watchdog looks.
+        interval_s: how often the watchdog looks, at most.
         """
         self._clock = clock
         self._save = save
         self._pending_events = pending_events
-        self._grace_ns = int(grace_s * 1e9)
+        self._has_steps = has_steps
+        self._quiet = quiet
         self._interval_s = interval_s
         self._would_split = would_split
-        self._asked = False
+        self._asked: Ask | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous: Callable[[int, FrameType | None], object] | int | None = None
@@ -228,29 +367,45 @@ class MidStepSaves:
             signal.signal(SAVE_SIGNAL, self._previous)
             self._previous = None
 
+    def wanted(self) -> Ask | None:
+        """What to ask of the main thread now, if anything."""
+        if self._clock.saving:
+            return None
+        pending = self._pending_events()
+        if self._clock.urgent(pending):
+            return Ask.URGENT
+        if self._clock.pressing(pending) or self._clock.requested:
+            return Ask.QUIET
+        # Before its first step ends, a program is saved where no layer or region is open: the
+        # first save (that learns the event rate), and, once it has ended no step in its first
+        # save_seconds (it has none), saves by time.
+        due = None if self._has_steps() else self._clock.due_by_time(pending)
+        if due is Due.FIRST or (due is not None and self._clock.recorded_s() >= self._clock.limits.seconds):
+            return Ask.QUIET
+        return None
+
     def _watch(self) -> None:
-        overdue_since: int | None = None
         wait_s = self._interval_s
         while not self._stopping.wait(wait_s):
-            wait_s = self._interval_s
-            if self._clock.due(self._pending_events()) is None:
-                overdue_since = None
-                # Where events come fast, look again when enough will have come.
-                wait_s = max(0.01, min(self._interval_s, self._clock.seconds_until_due(self._pending_events())))
+            asked = self.wanted()
+            if asked is None:
+                # Where events come fast, look again before memory can pass the cap.
+                wait_s = max(0.01, min(self._interval_s, self._clock.seconds_until_pressing(self._pending_events())))
                 continue
-            now = time.perf_counter_ns()
-            overdue_since = overdue_since or now
-            if now - overdue_since >= self._grace_ns or self._clock.urgent():
-                self._asked = True
-                _thread.interrupt_main(SAVE_SIGNAL)
+            wait_s = self._interval_s
+            self._asked = asked
+            _thread.interrupt_main(SAVE_SIGNAL)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if not self._asked or self._stopping.is_set():
+        asked = self._asked
+        if asked is None or self._stopping.is_set():
             return  # a SIGURG of someone else's (out-of-band socket data)
         if in_dlprof_code(frame) or self._would_split():
             return  # dlprof's own code, or a backward, is under way here: the watchdog asks again
-        self._asked = False
-        if self._clock.due(self._pending_events()) is not None:
+        if asked is Ask.QUIET and not self._quiet():
+            return  # a layer or region is open: the watchdog asks again
+        self._asked = None
+        if self.wanted() is not None:
             self._save()
             self.saves += 1
 

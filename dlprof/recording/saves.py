@@ -49,6 +49,7 @@ class Saver:
         # Per save, each slice open at it: its children's time there; and per slice, the
         # earliest start nesting moved it to, and the first save that moved it.
         self._children_in: dict[int, dict[int, int]] = {}
+        self._pauses_in: dict[int, dict[int, int]] = {}  # per save, dlprof's pauses inside each open slice
         self._starts_ns: dict[int, int] = {}
         self._moved_in: dict[int, int] = {}
         # Per save, each open slice's (pid, tid, start), depth and parent (another open slice)
@@ -108,6 +109,11 @@ class Saver:
         self._finisher.close()
         dropped = self._stretched_back_over_parents()
         children_ns: dict[int, int] = {}
+        pause_ns: dict[int, int] = {}
+        for number, times in self._pauses_in.items():
+            for slice_id, time_ns in times.items():
+                if (number, slice_id) not in dropped:  # it left that save's chain: the pause is its parent's
+                    pause_ns[slice_id] = pause_ns.get(slice_id, 0) + time_ns
         for number, times in self._children_in.items():
             for slice_id, time_ns in times.items():
                 # What a slice dropped out of a save's chain held there is its parent's there.
@@ -126,6 +132,7 @@ class Saver:
                 number,
                 {slice_id: children_ns[slice_id] for slice_id in ended if slice_id in children_ns},
                 {slice_id: self._starts_ns[slice_id] for slice_id in ended if slice_id in self._starts_ns},
+                {slice_id: pause_ns[slice_id] for slice_id in ended if slice_id in pause_ns},
             )
             final_depths.update(self._writer.depths_of(number, set(ended)))
         for number in self._open_depths:
@@ -186,6 +193,7 @@ class Saver:
         with self._lock:  # the finisher's thread and the closing session both report here
             number = int(result["number"])
             self._children_in[number] = {int(k): int(v) for k, v in result["open_children_ns"].items()}
+            self._pauses_in[number] = {int(k): int(v) for k, v in result.get("open_pause_ns", {}).items()}
             for slice_id, start_ns in result["open_starts_ns"].items():
                 key = int(slice_id)
                 self._starts_ns[key] = min(self._starts_ns.get(key, start_ns), int(start_ns))

@@ -17,15 +17,15 @@ in the manifest (:mod:`dlprof.recording.failures`).
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from dlprof.clock import sample_clocks
@@ -43,8 +43,10 @@ from dlprof.recording.collector_set import (
 from dlprof.recording.failures import degraded_reason, stops_recording_on_failure
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
+from dlprof.recording.pauses import PauseCause, Pauses
 from dlprof.recording.save_policy import TRACE_BYTES_PER_EVENT, MidStepSaves, SaveClock, SaveLimits
 from dlprof.recording.saves import Saver
+from dlprof.recording.sigterm import SigtermGuard, status_for
 from dlprof.schedule import Action
 from dlprof.store.counter_deltas import CounterDeltas
 from dlprof.store.manifest import ClockDomain, HostInfo, Manifest, degraded_line
@@ -67,18 +69,6 @@ def active_session() -> Session | None:
     return _active
 
 
-class Interrupted(BaseException):
-    """Raised in the main thread when SIGTERM arrives, so the program unwinds and the run is saved."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
-
-
 def new_run_dir(name: str, parent: Path = RUNS_DIR) -> Path:
     """A fresh ``<parent>/<YYYYmmdd-HHMMSS>-<name>`` directory (suffixed if taken)."""
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
@@ -88,17 +78,6 @@ def new_run_dir(name: str, parent: Path = RUNS_DIR) -> Path:
         candidate = parent / f"{stem}-{number}"
         number += 1
     return candidate
-
-
-def status_for(error: BaseException | None) -> RunStatus:
-    """The run status that ending with ``error`` (None: normally) gives."""
-    if error is None:
-        return RunStatus.COMPLETE
-    if isinstance(error, (KeyboardInterrupt, Interrupted)):
-        return RunStatus.INTERRUPTED
-    if isinstance(error, SystemExit) and error.code in (None, 0):
-        return RunStatus.COMPLETE
-    return RunStatus.FAILED
 
 
 class Session:
@@ -126,6 +105,7 @@ class Session:
         self.slices = SliceBuffer(config.rank, os.getpid(), self._clock.offset_ns)
         self.series = SeriesBuffer(os.getpid(), self._clock.offset_ns)  # dlprof.log() and log pickup
         self._step_kind = self.slices.kind_code(Kind.STEP)
+        self.pauses = Pauses(self.slices)  # dlprof's own pauses of the program, as slices
         self.region_kind = self.slices.kind_code(Kind.REGION)
         self._step_start = 0
         self._previous_step_start = 0
@@ -136,8 +116,7 @@ class Session:
         self.save_waiting = False
         self._waiting_since = 0
         self._context: CollectorContext | None = None
-        self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
-        self._sigterm_held = False
+        self._sigterm = SigtermGuard()
         self._started = False
         # One writer per rank of a run; it also keeps room on the disk for the last manifest.
         self._lock = WriterLock(self.run_dir, config.rank)
@@ -148,7 +127,8 @@ class Session:
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
         self._counter_deltas: CounterDeltas | None = None
         self._step_counts: tuple[int, ...] = ()
-        self.forks = ForkFollower(self.slices, self.sink, self.run_dir, on_child=self._drop_parent_state)
+        self.forks = ForkFollower(self.slices, self.sink, self.run_dir, on_child=self._drop_parent_state,
+                                  pauses=self.pauses)
         self.manifest = Manifest(
             name=self.run_dir.name,
             command=list(config.command) or [sys.executable, *sys.argv],
@@ -166,11 +146,12 @@ class Session:
                 )
             ],
         )
-        self._save_clock = SaveClock(SaveLimits(config.save_seconds, config.save_events, config.memory_cap_bytes),
-                                     growth_counts_events=lambda: self._collectors.events_show_in_memory())
+        self._save_clock = SaveClock(
+            SaveLimits(config.save_seconds, config.memory_cap_bytes, config.pause_share, config.save_events),
+            growth_counts_events=lambda: self._collectors.events_show_in_memory())
         self._mid_step = MidStepSaves(self._save_clock, save=lambda: self._save(within_step=True),
                                       pending_events=lambda: len(self.slices),
-                                      grace_s=min(0.5, config.save_seconds / 2),
+                                      has_steps=lambda: self.step_number > 0, quiet=self._nothing_open,
                                       would_split=self._save_would_split)
         self._collectors = CollectorSet(
             resolve_names(config), infos=self.manifest.collectors, quiet_if_absent=config.collectors is None,
@@ -226,8 +207,8 @@ class Session:
             self.manifest.end_ns = time.time_ns()
             self._write_manifest()
             raise
-        self._install_signal_handler()
-        self._save_clock.restart()  # what the collectors took to start is not profiling's growth
+        self._sigterm.install()
+        self._save_clock.begin_recording()  # what the collectors took to start is not profiling's growth
         self._mid_step.start()
         self.forks.follow()
         if self._context.counter_reader is not None:
@@ -269,25 +250,43 @@ class Session:
             return  # steps are the parent's
         now = time.perf_counter_ns()
         previous = self.action
-        if previous.records:
-            self._record_step(self._step_start, now)
+        ending, start = self.step_number, self._step_start
+        transition = previous is not self.schedule.action(ending + 1)
+        due = (self.save_waiting or (previous is Action.RECORD_AND_SAVE and self.config.saves_by_schedule)
+               or self._save_clock.at_boundary(len(self.slices), now - start) is not None)
+        # A region the step began (the loop body's) ends a moment after the step: the save waits
+        # until it has, so that it nests in its step as a whole run would have it. (One begun in
+        # an earlier step and still open spans steps, as an epoch's does: not waited for.)
+        waits = due and self._regions_begun_since(start)
+        if due and not waits and self._boundary_save_would_split():
+            due = False
+        # Saved at once without a profiler cycle in between, the step ends where the save cuts
+        # the ranges the program has open (a torch range it ends in, the optimizer's step whose
+        # hook ends it, then nests in it).
+        ends_at_cut = due and not waits and not transition and previous.records
+        if previous.records and not ends_at_cut:
+            self._record_step(start, now)
         self.step_number += 1
         self.action = self.schedule.action(self.step_number)
         self._context.action = self.action
-        self._collectors.on_step(self.step_number, previous, self.action)
-        if (self.save_waiting or previous is Action.RECORD_AND_SAVE
-                or self._save_clock.due(len(self.slices)) is not None):
-            if self._regions_begun_since(self._step_start):
-                # A region the step began (the loop body's) ends a moment after the step:
-                # save once it has, so that it nests in its step as a whole run would have it.
-                # (One begun in an earlier step and still open spans steps, as an epoch's
-                # does: the save does not wait for it.)
-                self.save_waiting = True
-                self._waiting_since = self._step_start
-            else:
-                self.save_waiting = False
-                self._save_between_steps()
-        self._begin_step()
+        if transition:  # the profilers may stop or start: dlprof's time
+            self._collectors.cut()
+            began = time.perf_counter_ns()
+            self._collectors.on_step(self.step_number, previous, self.action)
+            self.pauses.record(began, PauseCause.CYCLE, inside_step=False, inside_layer=False)
+            self._collectors.resume()
+        if waits:
+            self.save_waiting = True
+            self._waiting_since = start
+        elif due:
+            self.save_waiting = False
+            # The next step begins after the pause, before the ranges enter the next recording.
+            self._save(begin_step=True,
+                       on_cut=(lambda cut_ns: self._record_step(start, cut_ns, ending)) if ends_at_cut else None)
+        if not transition:
+            self._collectors.on_step(self.step_number, previous, self.action)
+        if not due or waits:
+            self._begin_step()
 
     def log(self, source: SeriesSource, split: str, values: Sequence[tuple[str, float | None]],
             step: int | None = None, **where: Any) -> None:
@@ -312,18 +311,20 @@ class Session:
         two steps as any step's save is, if no other region of that step is still open."""
         if self.save_waiting and not self._regions_begun_since(self._waiting_since):
             self.save_waiting = False
-            self._save_between_steps()
-            self._begin_step()
+            if self._boundary_save_would_split():
+                self._begin_step()
+            else:
+                self._save(begin_step=True)
 
-    def _save_between_steps(self) -> None:
-        """Save at a step boundary, unless a collector says a save here would cut work in two (a
-        step ended inside a compiled region or an autograd node, whose C++ ranges a cut of the
-        profiler's recording would corrupt): the save is then made inside the next step, as
-        soon as one can be (MidStepSaves)."""
-        if self._collectors.save_would_split():
-            self._save_clock.request("a step boundary's save waited for a C++ range to end")
-        else:
-            self._save()
+    def _boundary_save_would_split(self) -> bool:
+        """Whether a save at this step boundary would cut work in two (a step ended inside a
+        compiled region or an autograd node, whose C++ ranges a cut of the profiler's recording
+        would corrupt): the save is then owed, made inside the next step as soon as one can be
+        (MidStepSaves) or at the next boundary."""
+        if not self._collectors.save_would_split():
+            return False
+        self._save_clock.request()
+        return True
 
     @stops_recording_on_failure
     def _save_would_split(self) -> bool:
@@ -335,7 +336,11 @@ class Session:
             return True
         crossing = any(r._tid == self._step_tid and self._previous_step_start <= r._start < self._step_start
                        for r in list(self.open_regions.values()))
-        return crossing and not self._save_clock.urgent()
+        return crossing and not self._save_clock.urgent(len(self.slices))
+
+    def _nothing_open(self) -> bool:
+        """Whether no region and no layer is open: where a program without steps is saved."""
+        return not self.open_regions and not any(c.open_slices() for c in self._collectors)
 
     def _regions_begun_since(self, since: int) -> bool:
         """Whether regions begun on the steps' thread since ``since`` are still open."""
@@ -368,7 +373,7 @@ class Session:
         self.forks.unfollow()
         self._stopping = True
         self._mid_step.stop()
-        self._hold_sigterm()
+        self._sigterm.hold()
         try:
             if self.action.records:
                 try:
@@ -378,11 +383,14 @@ class Session:
                     self.stop_recording(failure)
             self.counter_reader = None
             self.manifest.end_ns = time.time_ns()
-            self._collectors.stop(report)
+            try:
+                self._collectors.stop(report)
+            except OSError as failure:  # a collector's last data met a full disk: the run's failure
+                self.stop_recording(failure)
             children = self.forks.gather()  # their chunks join the last save's
             if report is not None:
                 report("dlprof: writing the run")
-            self._save()
+            self._save(final=True)
             try:
                 self.manifest.counts, self.manifest.normalised = self._saver.close()
             except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
@@ -405,7 +413,7 @@ class Session:
             self._write_last_manifest()
         finally:
             self._lock.release()
-            self._restore_signal_handler()
+            self._sigterm.restore()
         return self.manifest
 
     def __enter__(self) -> Session:
@@ -428,8 +436,8 @@ class Session:
         if self._counter_deltas is not None:
             self._counter_deltas.record(slice_id, before, after)
 
-    def _record_step(self, start: int, end: int) -> None:
-        code = self.slices.intern(STEP_NAME.format(self.step_number))
+    def _record_step(self, start: int, end: int, number: int | None = None) -> None:
+        code = self.slices.intern(STEP_NAME.format(self.step_number if number is None else number))
         slice_id = self.slices.record(self._step_kind, code, self._step_tid, start, end, -1, self._step_id)
         if self.counter_reader is not None:
             self.record_counts(slice_id, self._step_counts, self.counter_reader())
@@ -443,16 +451,50 @@ class Session:
         self._step_start = time.perf_counter_ns()
 
     @stops_recording_on_failure
-    def _save(self, within_step: bool = False) -> None:
-        """Save what was recorded since the last save; ``within_step``: the step goes on."""
-        self._save_clock.begin_save()
-        self._collectors.save()
-        metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
-        slices = self.slices.drain()
-        self.sink.append_series(self.series.drain(), "session")
-        self._save_clock.learn(slices.num_rows + self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT)
-        self._saver.save(slices, self._open_slices(within_step), metrics)
-        self._save_clock.restart()
+    def _save(self, within_step: bool = False, final: bool = False, begin_step: bool = False,
+              on_cut: Callable[[int], None] | None = None) -> None:
+        """Save what was recorded since the last save; ``within_step``: the step goes on;
+        ``final``: the run ends (the program is no longer held, so no pause is recorded);
+        ``begin_step``: a step boundary's save: the next step begins after the pause, before the
+        collectors record again (so what they enter again lies in it); ``on_cut``: told the
+        moment the collectors ended what the program had open (the step ends there).
+
+        The pause it makes is recorded as a slice from after the collectors ended what the
+        program had open in their recordings (cut) to before they record again (resume), so
+        that nothing recorded crosses it."""
+        for_memory = within_step and self._save_clock.pressing(len(self.slices))
+        self._collectors.cut()
+        began = time.perf_counter_ns()
+        if on_cut is not None:
+            on_cut(began)
+        if final:  # the last save comes after the collectors stopped: no figure of the run's
+            self._save_clock.ended()
+        else:
+            self._save_clock.begin_save(len(self.slices))
+        opened: list[OpenSlice] = []
+        try:
+            self._collectors.save()
+            metrics = self._counter_deltas.drain() if self._counter_deltas is not None else None
+            slices = self.slices.drain()
+            self.sink.append_series(self.series.drain(), "session")
+            framework_events = self._saver.waiting_trace_bytes() // TRACE_BYTES_PER_EVENT
+            opened = self._open_slices(within_step)
+            self._saver.save(slices, opened, metrics)
+        finally:
+            paused = time.perf_counter_ns() - began
+            if not final:
+                cause = (PauseCause.SAVE_FOR_MEMORY if for_memory
+                         else PauseCause.SAVE_INSIDE_STEP if within_step
+                         else PauseCause.SAVE)
+                # Step 0 holds the program's start-up (a warm-up step, left out of step statistics).
+                in_a_step = within_step and self.action.records and self.step_number > 0
+                paused = self.pauses.record(began, cause, inside_step=in_a_step,
+                                            inside_layer=any(s.kind == Kind.MODULE for s in opened))
+            if begin_step:
+                self._begin_step()
+            self._collectors.resume()
+        if not final:
+            self._save_clock.saved(framework_events, slices.num_rows, paused)
 
     def _open_slices(self, within_step: bool) -> list[OpenSlice]:
         """The slices under way now: the step (when saving inside it), regions, layers."""
@@ -480,6 +522,7 @@ class Session:
         self._lock.forget()
         self._collectors.forget()
         self._saver.forget()
+        self.pauses.reset()
         self.counter_reader = None
         self._counter_deltas = None
 
@@ -487,14 +530,19 @@ class Session:
         self._collectors.converted(collector, result)
 
     def _saving_summary(self) -> dict[str, Any]:
+        clock = self._save_clock
         summary: dict[str, Any] = {
             "saves": self._saver.saves,
             "saves_within_steps": self._mid_step.saves,
-            "peak_memory_growth_mib": round(self._save_clock.peak_growth_bytes / 2**20, 1),
+            "peak_held_mib": round(clock.peak_held_bytes / 2**20, 1),
+            "longest_between_saves_s": round(clock.longest_between_saves_ns / 1e9, 1),
             "memory_cap_mib": self.config.memory_cap_bytes >> 20,
+            "pauses": self.pauses.summary(),
         }
-        if self._save_clock.overflows:
-            summary["saves_past_memory_cap"] = self._save_clock.overflows
+        if clock.overflows:
+            summary["saves_past_memory_cap"] = clock.overflows
+        if clock.deferred:
+            summary["saves_by_time_deferred"] = clock.deferred
         if self._mid_step.unavailable:
             summary["within_steps_unavailable"] = self._mid_step.unavailable
         throttled = self.slices.throttled_names()
@@ -531,7 +579,8 @@ class Session:
             self._context.action = Action.NONE
         self.slices.closed = True  # regions and layers record nothing more
         self._mid_step.stop()
-        self._collectors.stop(quiet=True)  # the profilers hold no more events in memory
+        with contextlib.suppress(OSError):  # the full disk again: its reason is given above
+            self._collectors.stop(quiet=True)  # the profilers hold no more events in memory
         self._collectors.forget()
         try:
             self._write_manifest()
@@ -565,30 +614,3 @@ class Session:
             if self.config.rank != 0:
                 return
         self.manifest.write(self.run_dir)
-
-    # --- signals ----------------------------------------------------------------------------
-
-    def _install_signal_handler(self) -> None:
-        """Turn SIGTERM into an exception, so the program unwinds and the run is saved."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
-
-    def _hold_sigterm(self) -> None:
-        """While the run is saved, a SIGTERM waits: a launcher stopping every rank after one
-        failed (torchrun does) must not cut the others' saving short."""
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._note_sigterm)
-
-    def _note_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._sigterm_held = True
-
-    def _restore_signal_handler(self) -> None:
-        """Put back the handler found at start, then act on a SIGTERM held while saving."""
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
-        if self._sigterm_held:
-            self._sigterm_held = False
-            os.kill(os.getpid(), signal.SIGTERM)

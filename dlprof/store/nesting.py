@@ -20,6 +20,12 @@ region ends there rather than the step being stretched back over it. A row that 
 slice it began in (a loop body begun late in a first step that holds start-up, ended after the
 step by the optimizer's hook) ends with that slice: stretched back over it, the children it
 took in the earlier save, which lie inside that slice too, would cross it.
+
+dlprof's own pauses of the program (slices of kind ``profiler``: a save, a profiler cycle's stop
+and start) nest inside whatever was open on the thread they held; each slice's ``pause_ns`` is
+the time of the pauses inside it at any depth, computed here once, so that every analysis can
+leave them out of the user's time (``dur_ns - pause_ns``; its self time already does, a pause
+being a child). An anchor's pauses in a window are handed back like its children's time.
 """
 
 from __future__ import annotations
@@ -149,6 +155,8 @@ class OpenSliceTimes:
     # Each one's parent here (another open slice), where it has one: where its children here
     # go if a later save stretches it back over that parent (see :class:`dlprof.recording.saves.Saver`).
     parents: dict[int, int] = field(default_factory=dict)
+    # The time of dlprof's pauses inside each one here (only those with any).
+    pause_ns: dict[int, int] = field(default_factory=dict)
 
 
 def nest_window(
@@ -220,6 +228,9 @@ def nest_window(
     self_ns = np.maximum(dur - child_total, 0)
     ids = sorted_table.column("id").to_numpy(zero_copy_only=False)
     parent_id = pa.array(np.where(has_parent, ids[np.maximum(parent_pos, 0)], 0), mask=~has_parent)
+    pause_ns = _pause_time(sorted_table.column("kind"), parent_pos, dur)
+    if "pause_ns" not in sorted_table.column_names:
+        sorted_table = sorted_table.append_column("pause_ns", pa.nulls(total, pa.int64()))
 
     for name, values in (
         ("start_ns", pa.array(np.asarray(start, dtype=np.int64))),
@@ -227,6 +238,7 @@ def nest_window(
         ("depth", pa.array(np.asarray(depth, dtype=np.int16))),
         ("parent_id", parent_id),
         ("self_ns", pa.array(self_ns)),
+        ("pause_ns", pa.array(pause_ns, mask=pause_ns == 0)),
     ):
         sorted_table = sorted_table.set_column(
             sorted_table.schema.get_field_index(name), name, values.cast(sorted_table.schema.field(name).type)
@@ -244,6 +256,7 @@ def nest_window(
         children_ns=dict(zip(anchor_ids, closed_total[is_anchor].tolist(), strict=True)),
         depths=dict(zip(anchor_ids, np.asarray(depth)[is_anchor].tolist(), strict=True)),
         parents={a: p for a, p in zip(anchor_ids, anchor_parents, strict=True) if p >= 0},
+        pause_ns={a: p for a, p in zip(anchor_ids, pause_ns[is_anchor].tolist(), strict=True) if p},
     )
     given = dict(zip(anchors.column("id").to_pylist(), anchors.column("start_ns").to_pylist(), strict=True)) \
         if anchors is not None else {}
@@ -251,6 +264,29 @@ def nest_window(
         if begins != given.get(slice_id, begins):
             times.starts_ns[slice_id] = begins
     return sorted_table.filter(pa.array(~is_anchor)), report, times
+
+
+def _pause_time(kinds: pa.ChunkedArray, parent_pos: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per slice (in nesting order), the time of the ``profiler`` slices inside it at any depth:
+    each pause's length added up its chain of parents (pauses are few; chains are short)."""
+    total = np.zeros(len(dur), dtype=np.int64)
+    values = kinds.combine_chunks()
+    if isinstance(values, pa.DictionaryArray):
+        names = values.dictionary.to_pylist()
+        if Kind.PROFILER not in names:
+            return total
+        codes = values.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        is_pause = np.isin(codes, [i for i, name in enumerate(names) if name == Kind.PROFILER])
+    else:
+        is_pause = pc.equal(values, str(Kind.PROFILER)).fill_null(False).to_numpy(zero_copy_only=False)
+    parents = parent_pos.tolist()
+    for pause in np.flatnonzero(is_pause).tolist():
+        length = int(dur[pause])
+        above = parents[pause]
+        while above >= 0:
+            total[above] += length
+            above = parents[above]
+    return total
 
 
 def _open_rows(anchors: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -57,6 +57,9 @@ SLICES = pa.schema(
         # The name scope or module path the slice ran under ("sequential/dense_1").
         ("scope", _dict_str),
         ("args", pa.string()),  # JSON, only for what a foreign trace carries beyond the columns
+        # dlprof's own pauses of the program inside the slice (its ``profiler`` slices, at any
+        # depth; null: none): the user's time is dur_ns - pause_ns. Runs written before it read null.
+        ("pause_ns", pa.int64()),
     ]
 )
 

@@ -174,12 +174,13 @@ class RankWriter:
         return counts
 
     def amend_open_slices(self, number: int, children_ns: Mapping[int, int],
-                          starts_ns: Mapping[int, int]) -> None:
+                          starts_ns: Mapping[int, int], pause_ns: Mapping[int, int] | None = None) -> None:
         """Make whole the slices of window ``number`` that were still open at earlier saves:
-        take their children's time in those windows off their self time, and start them where
-        nesting moved their start to there."""
+        take their children's time in those windows off their self time, start them where
+        nesting moved their start to there, and add dlprof's pauses inside them there to their
+        ``pause_ns``."""
         path = rank_dir(self.run_dir, StoreTable.SLICES, self.rank) / part_name(number)
-        if not (children_ns or starts_ns) or not path.exists():
+        if not (children_ns or starts_ns or pause_ns) or not path.exists():
             return
         data = pq.read_table(path)
         ids = data.column("id").to_numpy(zero_copy_only=False)
@@ -194,6 +195,11 @@ class RankWriter:
         }
         for name, values in adjusted.items():
             data = data.set_column(data.schema.get_field_index(name), name, pa.array(values, pa.int64()))
+        if pause_ns:
+            paused = data.column("pause_ns").fill_null(0).to_numpy(zero_copy_only=False) \
+                + _lookup(ids, pause_ns, default=np.zeros_like(ids))
+            data = data.set_column(data.schema.get_field_index("pause_ns"), "pause_ns",
+                                   pa.array(paused, pa.int64(), mask=paused == 0))
         write_parquet(data.replace_schema_metadata(data.schema.metadata), path)
 
 

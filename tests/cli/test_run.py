@@ -208,3 +208,16 @@ def test_module_in_the_working_directory_runs_from_the_dlprof_script(tmp_path: P
                           check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "ran.txt").read_text() == "yes"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_saving_display_is_not_counted_as_a_thread_of_the_program(tmp_path: Path) -> None:
+    """The spinner shown while the run is saved refreshes from a thread of dlprof's own; the
+    torch collector, which notes the threads the program starts, must not count it."""
+    pytest.importorskip("torch", reason="needs PyTorch")
+    script = write(tmp_path / "train.py", "import torch\nprint(torch.ones(2).sum().item())\n")
+    done = dlprof_run(tmp_path, str(script), collectors="torch")
+    assert done.returncode == 0, done.stderr
+    [torch_info] = [c for c in dlprof.load(tmp_path / "run").manifest.collectors if c.name == "torch"]
+    assert not [note for note in torch_info.notes if "other Python thread" in note], torch_info.notes
