@@ -156,7 +156,10 @@ class BackgroundFinisher:
                     child.stdin.flush()
                 except (OSError, ValueError):
                     pass  # the child is gone
-                child.stdin.close()
+                try:
+                    child.stdin.close()
+                except OSError:
+                    pass  # the child is gone, and the line it did not take with it
             child.wait()
             if child.returncode != 0:
                 self.child_failures += 1
