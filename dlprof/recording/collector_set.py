@@ -171,38 +171,30 @@ class CollectorSet:
 
     def on_step(self, step: int, previous: Action, action: Action) -> None:
         self._step = step
-        for collector in list(self._running):
-            try:
-                collector.on_step(step, previous, action)
-            except Exception as failure:  # never the program's error
-                if disk_full(failure):
-                    raise  # the run's, not this collector's: the session stops the recording
-                self._drop(collector, f"the start of step {step}", failure)
+        self._each_running(lambda collector: collector.on_step(step, previous, action), f"the start of step {step}")
 
     def save_would_split(self) -> bool:
         return any(collector.save_would_split() for collector in self._running)
 
     def cut(self) -> None:
-        for collector in self._running:
-            collector.cut()
+        self._each_running(lambda collector: collector.cut(), "its cut before a save")
 
     def save(self) -> None:
-        for collector in list(self._running):
-            try:
-                collector.save()
-            except Exception as failure:  # never the program's error
-                if disk_full(failure):
-                    raise  # the run's, not this collector's: the session stops the recording
-                self._drop(collector, "its save", failure)
+        self._each_running(lambda collector: collector.save(), "its save")
 
     def resume(self) -> None:
+        self._each_running(lambda collector: collector.resume(), "its resume after a save")
+
+    def _each_running(self, call: Callable[[Collector], None], where: str) -> None:
+        """``call`` each running collector; one that fails there records no more (a full disk
+        is the run's failure, not that collector's: raised, and the session stops the recording)."""
         for collector in list(self._running):
             try:
-                collector.resume()
+                call(collector)
             except Exception as failure:  # never the program's error
                 if disk_full(failure):
-                    raise  # the run's, not this collector's: the session stops the recording
-                self._drop(collector, "its resume after a save", failure)
+                    raise
+                self._drop(collector, where, failure)
 
     def stop(self, report: Callable[[str], None] | None = None, quiet: bool = False) -> None:
         """Stop the running collectors in reverse start order; note those that never started.
