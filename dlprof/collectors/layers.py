@@ -167,8 +167,15 @@ class LayersCollector(Collector):
             return
         try:
             stack: list[tuple[int, list[Any], Any]] | None = getattr(self._local, "stack", None)
-            if not stack or stack[-1][2] is not module:
-                return  # recording began inside this module's forward, or the module is throttled
+            if not stack:
+                return  # recording began inside this module's forward
+            if stack[-1][2] is not module:
+                # Forwards that raised inside this one (the program caught it) never reached this
+                # hook: theirs are dropped. Not on the stack: begun before recording, or throttled.
+                depth = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][2] is module), None)
+                if depth is None:
+                    return
+                del stack[depth + 1:]
             end = time.perf_counter_ns()
             start, call, _ = stack.pop()
             codes = self._codes(module) or self._name(module, _class_name(module))

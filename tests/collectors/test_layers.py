@@ -259,3 +259,35 @@ def test_a_modules_own_exception_reaches_the_program_unchanged(tmp_path: Path) -
     assert profiled_frames == alone_frames, "no frame of dlprof's, none of the program's lost"
     assert [name for _, name, _ in profiled_frames] == ["raised_by", "forward"]
     assert dlprof.load(tmp_path / "run").manifest.degraded == []
+
+
+class Fallback(nn.Module):
+    """Tries a layer that refuses its input and, as a program would, falls back to another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strict = Refusing()
+        self.plain = nn.Linear(5, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            return self.strict(x)
+        except ValueError:
+            return self.plain(x)
+
+
+def test_a_forward_that_raised_and_was_caught_leaves_its_parents_timed(tmp_path: Path) -> None:
+    model = nn.Sequential(Fallback(), nn.ReLU())
+    with dlprof.profile(out=tmp_path / "run", collectors=("layers",)) as prof:
+        for _ in range(2):
+            model(torch.zeros(2, 5))
+            prof.step()
+    slices = dlprof.load(tmp_path / "run").slices
+    modules = slices[slices["kind"] == "module"].set_index("id")
+    counts = modules["name"].value_counts()
+    for layer in ("Sequential (Sequential)", "0 (Fallback)", "0.plain (Linear)", "1 (ReLU)"):
+        assert counts.get(f"{layer} forward") == 2, layer
+    assert "0.strict (Refusing) forward" not in counts, "a forward that raised has no end to record"
+    relu = modules[modules["name"] == "1 (ReLU) forward"]
+    parents = modules.loc[relu["parent_id"].astype("int64"), "name"]
+    assert (parents == "Sequential (Sequential) forward").all(), "the failed forward is no one's parent"
