@@ -40,7 +40,7 @@ from dlprof.recording.collector_set import (
     asked_for,
     resolve_names,
 )
-from dlprof.recording.failures import degraded_reason, stops_recording_on_failure
+from dlprof.recording.failures import degraded_reason, disk_full, stops_recording_on_failure
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
 from dlprof.recording.pauses import PauseCause, Pauses
@@ -122,6 +122,7 @@ class Session:
         self._lock = WriterLock(self.run_dir, config.rank)
         # A save failed (a full disk): nothing more is recorded; the program goes on.
         self.recording_stopped = False
+        self._stopped_by_full_disk = False  # what else the full disk fails is said by its one reason
         self._stopping = False  # stop() runs: it stops the collectors itself
         # Set by the counters collector at start; regions check it once per enter (None: no cost).
         self.counter_reader: Callable[[], tuple[int, ...]] | None = None
@@ -396,7 +397,10 @@ class Session:
             except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
                 note = f"making the saves final failed ({type(failure).__name__}: {failure}); read from its chunks"
                 self.manifest.notes.append(note)
-                print(f"dlprof: {note}", file=sys.stderr)
+                if disk_full(failure):
+                    self.stop_recording(failure)  # the run's one reason, said once
+                else:
+                    print(f"dlprof: {printable(note)}", file=sys.stderr)
             if self._saver.failures:
                 self._note_unfinished(self._saver.failures)
             self._collectors.after_conversions()
@@ -567,6 +571,7 @@ class Session:
         if self.recording_stopped:
             return
         self.recording_stopped = True
+        self._stopped_by_full_disk = disk_full(failure)
         reason = degraded_reason(failure, self.step_number)
         self.manifest.degraded.append(reason)
         print(f"dlprof: {reason}; the program goes on, and {printable(self.run_dir)} keeps what was "
@@ -591,6 +596,9 @@ class Session:
         """Saves that could not be made final (their chunks are read as they are)."""
         reason = (f"{len(failures)} save(s) could not be made final ({failures[0]}); their chunks are "
                   "read as they are, and `dlprof finish` tries again")
+        if self._stopped_by_full_disk:  # the disk's doing: a note, as reading the run says again
+            self.manifest.notes.append(reason)
+            return
         self.manifest.degraded.append(reason)
         print(f"dlprof: {printable(reason)}", file=sys.stderr)
 

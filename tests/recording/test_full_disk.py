@@ -95,12 +95,15 @@ def sixty_four_megabytes(tmp_path: Path) -> Iterator[Path]:
 
 
 def assert_reads(run: Path) -> None:
-    """Reading commands on the run succeed, or fail in one line; never a traceback."""
+    """Reading commands on the run succeed, or fail in one error line (after the notices a run
+    whose saves are not all final gets: `dlprof finish` makes them final); never a traceback."""
     for command in ("info", "top", "steps"):
         done = subprocess.run([*dlprof_program(), command, str(run)], capture_output=True, text=True,
                               timeout=300, check=False)
         assert "Traceback" not in done.stderr, (command, done.stderr)
-        assert done.returncode == 0 or len(done.stderr.strip().splitlines()) == 1, (command, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        notices = [line for line in lines if "`dlprof finish" in line]
+        assert done.returncode == 0 or len(lines) - len(notices) == 1, (command, done.stderr)
 
 
 def test_a_full_disk_stops_the_recording_not_the_program(half_megabyte: Path, tmp_path: Path) -> None:
@@ -139,9 +142,8 @@ def test_a_full_disk_under_dlprof_run_lets_a_training_script_exit_with_its_own_c
     assert sum(1 for line in lines if STOPPED.fullmatch(line)) == 1, done.stderr
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["status"] == "failed" and manifest["exit_code"] == 17
-    full, *unfinished = manifest["degraded"]
+    (full,) = manifest["degraded"]
     assert full.startswith("disk full after step "), "the full disk is the one reason the recording stopped"
-    assert all("could not be made final" in line and "`dlprof finish` tries again" in line for line in unfinished)
     assert dlprof.load(run).query("SELECT count(*) FROM slices WHERE kind = 'op'").rows[0][0] > 0
     assert_reads(run)
 
