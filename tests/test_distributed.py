@@ -45,7 +45,9 @@ def test_every_rank_has_its_partition_and_manifest(two_rank_gloo_run: Path) -> N
         assert sorted(p.name for p in (two_rank_gloo_run / table).iterdir()) == ["rank=0", "rank=1"]
     # Each part file says in its footer where it came from, for readers of the files alone.
     for rank in (0, 1):
-        footer = pq.read_metadata(two_rank_gloo_run / "slices" / f"rank={rank}" / "part-00000.parquet")
+        # One part per save that held slices: an early save (while the ranks meet) may hold none.
+        first = min((two_rank_gloo_run / "slices" / f"rank={rank}").glob("part-*.parquet"))
+        footer = pq.read_metadata(first)
         assert footer.metadata[b"dlprof.rank"] == str(rank).encode()
         assert footer.metadata[b"dlprof.world_size"] == b"2" and footer.metadata[b"dlprof.host"]
     # Each rank wrote only its own files: one part per partition, no chunk left behind.

@@ -58,7 +58,7 @@ def test_truncated_parquet(cnn_run: Path, tmp_path: Path) -> None:
 
     damaged = tmp_path / "damaged"
     shutil.copytree(cnn_run, damaged)
-    part = damaged / "slices" / "rank=0" / "part-00000.parquet"
+    part = min((damaged / "slices" / "rank=0").glob("part-*.parquet"))
     part.write_bytes(part.read_bytes()[:1000])
     assert_clean_failure(run_cli("top", str(damaged), cwd=tmp_path), "damaged Parquet file")
 
