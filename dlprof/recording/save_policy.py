@@ -25,6 +25,9 @@ that no analysis counts as the user's time, and this policy keeps them where the
 - **first save**: a second into recording, at the first step boundary or, in the first step, a
   moment when no layer or region is open, to learn how fast events come and what a save costs
   per event.
+- **owed**: a save due at a step boundary that would cut a C++ range there (the step ended
+  inside the backward or a compiled region: :meth:`SaveClock.request`) is made at the next
+  moment in the step when no layer or region is open, or at the next boundary.
 
 A program with no steps (none ended so far) is one long step: the watchdog saves it at a moment
 when no layer or region is open (:class:`MidStepSaves`), for the same reasons. Memory that cannot
