@@ -213,9 +213,10 @@ class BackgroundFinisher:
     def _read_results(self, child: subprocess.Popen[str]) -> None:
         # A job the child could not finish (its _FAILED line) is back on disk: close() tries it.
         assert child.stdout is not None
-        for line in child.stdout:
-            if line.startswith(_RESULT):
-                self._on_result(json.loads(line[len(_RESULT):]))
+        with child.stdout:  # this thread reads it to its end: closed here, whichever child it is
+            for line in child.stdout:
+                if line.startswith(_RESULT):
+                    self._on_result(json.loads(line[len(_RESULT):]))
 
 
 def finish_pending(run_dir: Path) -> int:

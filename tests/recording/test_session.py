@@ -207,3 +207,22 @@ def test_a_region_whose_counters_cannot_be_read_stops_the_recording_not_the_bloc
     (line,) = err.splitlines()
     assert line.startswith(f"dlprof: {reason}; the program goes on"), err
     assert run.status is RunStatus.DEGRADED
+
+
+def test_a_profiled_program_is_told_of_no_file_dlprof_left_open(tmp_path: Path) -> None:
+    """A program run with ResourceWarning shown (python -X dev, a test suite) sees none of
+    dlprof's: the finisher's pipes are closed, whichever child they came from."""
+    pytest.importorskip("torch", reason="needs PyTorch (pip install 'dlprof[torch]')")
+    program = (
+        "import torch, dlprof\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        f"with dlprof.profile(out={str(tmp_path / 'run')!r}) as prof:\n"
+        "    for _ in range(3):\n"
+        "        model(torch.randn(2, 8)).sum().backward()\n"
+        "        prof.step()\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", program],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    assert dlprof.load(tmp_path / "run").manifest.saving["saves"] >= 1, "a save was made, through the finisher"
