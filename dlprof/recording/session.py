@@ -40,7 +40,7 @@ from dlprof.recording.collector_set import (
     asked_for,
     resolve_names,
 )
-from dlprof.recording.failures import degraded_reason, disk_full, stops_recording_on_failure
+from dlprof.recording.failures import degraded_reason, disk_full, failure_words, stops_recording_on_failure
 from dlprof.recording.finisher import Result
 from dlprof.recording.forks import ForkFollower
 from dlprof.recording.pauses import PauseCause, Pauses
@@ -391,7 +391,7 @@ class Session:
             children = self.forks.gather()  # their chunks join the last save's
             if report is not None:
                 report("dlprof: writing the run")
-            self._save(final=True)
+            self._last_save()
             try:
                 self.manifest.counts, self.manifest.normalised = self._saver.close()
             except Exception as failure:  # noqa: BLE001  the chunks stay readable: close the run anyway
@@ -454,9 +454,8 @@ class Session:
         self._previous_step_start = self._step_start
         self._step_start = time.perf_counter_ns()
 
-    @stops_recording_on_failure
-    def _save(self, within_step: bool = False, final: bool = False, begin_step: bool = False,
-              on_cut: Callable[[int], None] | None = None) -> None:
+    def _write_save(self, within_step: bool = False, final: bool = False, begin_step: bool = False,
+                    on_cut: Callable[[int], None] | None = None) -> None:
         """Save what was recorded since the last save; ``within_step``: the step goes on;
         ``final``: the run ends (the program is no longer held, so no pause is recorded);
         ``begin_step``: a step boundary's save: the next step begins after the pause, before the
@@ -499,6 +498,21 @@ class Session:
             self._collectors.resume()
         if not final:
             self._save_clock.saved(framework_events, slices.num_rows, paused)
+
+    _save = stops_recording_on_failure(_write_save)
+
+    def _last_save(self) -> None:
+        """The run's last save, after the collectors stopped. After a failure that stopped the
+        recording, what was recorded before it is saved still (unless the disk is full: the room
+        left is the manifest's); a save that fails again loses that, said in the run's notes."""
+        if not self.recording_stopped:
+            self._save(final=True)
+        elif not self._stopped_by_full_disk:
+            try:
+                self._write_save(final=True)
+            except Exception as failure:  # noqa: BLE001  the recording has stopped already: noted
+                self.manifest.notes.append("what was recorded since the last save is lost: "
+                                           f"{failure_words(failure)}")
 
     def _open_slices(self, within_step: bool) -> list[OpenSlice]:
         """The slices under way now: the step (when saving inside it), regions, layers."""

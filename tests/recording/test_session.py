@@ -207,6 +207,8 @@ def test_a_region_whose_counters_cannot_be_read_stops_the_recording_not_the_bloc
     (line,) = err.splitlines()
     assert line.startswith(f"dlprof: {reason}; the program goes on"), err
     assert run.status is RunStatus.DEGRADED
+    regions = run.slices[run.slices["kind"] == "region"]["name"].tolist()
+    assert "before" in regions, "what was recorded before the failure is saved, though no save had come yet"
 
 
 def test_a_profiled_program_is_told_of_no_file_dlprof_left_open(tmp_path: Path) -> None:
