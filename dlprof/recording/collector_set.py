@@ -214,7 +214,7 @@ class CollectorSet:
             for cls in waiting:
                 self._info(cls.name).notes.append(f"the program did not import {framework}: nothing recorded")
         self._waiting.clear()
-        full: OSError | None = None
+        full: Exception | None = None  # the first full disk met
         for collector in reversed(self._running):
             if report is not None:
                 report(f"dlprof: saving {collector.name} data")
@@ -222,7 +222,7 @@ class CollectorSet:
                 collector.stop()
             except Exception as failure:  # noqa: BLE001  one collector's failure must not lose the others' data
                 if disk_full(failure):
-                    full = full or failure  # type: ignore[assignment]
+                    full = full or failure
                     self._info(collector.name).notes.append("its last data met the full disk")
                 else:
                     self._failed(collector.name, "failed while stopping", failure, say=not quiet)

@@ -52,6 +52,7 @@ from dlprof.store.save_jobs import (
     SaveJobError,
     XPlaneJob,
     pending_ranks,
+    put_back,
 )
 from dlprof.store.writer import RankWriter
 
@@ -239,7 +240,7 @@ def finish_pending(run_dir: Path) -> int:
             try:
                 finish(job)
             except Exception as error:  # noqa: BLE001  a run is input: one line, never a traceback
-                claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+                put_back(claimed)
                 raise FinishError(f"{claimed.name.partition('.')[0]} of rank {job.rank}: {failure_text(error)}") from None
             metadata = job.metadata
             claimed.unlink(missing_ok=True)
@@ -273,7 +274,7 @@ def _finish_waiting(pending: PendingSaves) -> bool:
         try:
             result = finish(job)
         except Exception as error:  # noqa: BLE001  never a traceback on the program's stderr
-            claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+            put_back(claimed)
             _report(_FAILED + json.dumps({"number": job.number, "error": failure_text(error)}))
             return False
         claimed.unlink(missing_ok=True)

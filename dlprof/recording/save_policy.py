@@ -188,7 +188,7 @@ class SaveClock:
     def begin_save(self, pending_slices: int = 0) -> None:
         """A save begins, with ``pending_slices`` of dlprof's own: what was recorded since the
         last one ends here."""
-        held = self._held(pending_slices)
+        held = self.held_bytes(pending_slices)
         self.saving = True
         self._recorded_s = (time.perf_counter_ns() - self._saved_at) / 1e9
         self.peak_held_bytes = max(self.peak_held_bytes, held)
@@ -225,9 +225,6 @@ class SaveClock:
 
     def held_bytes(self, pending_slices: int = 0) -> int:
         """What dlprof holds now, estimated (see the module's docstring)."""
-        return self._held(pending_slices)
-
-    def _held(self, pending_slices: int) -> int:
         return int(pending_slices * SLICE_BYTES + self.framework_events() * BYTES_PER_EVENT)
 
     def _read_growth(self) -> int:
@@ -244,13 +241,13 @@ class SaveClock:
     def urgent(self, pending_slices: int = 0) -> bool:
         """Whether memory cannot wait for a step boundary (the estimate past URGENT_SHARE of the
         cap, the process grown past the whole cap, or the event limit reached)."""
-        return (self._held(pending_slices) >= URGENT_SHARE * self.limits.memory_bytes
+        return (self.held_bytes(pending_slices) >= URGENT_SHARE * self.limits.memory_bytes
                 or self._read_growth() >= self.limits.memory_bytes or self._events_over(pending_slices))
 
     def pressing(self, pending_slices: int = 0) -> bool:
         """Whether memory nears the cap (past PRESSING_SHARE): a save inside a step is wanted at
         the next moment with no layer or region open."""
-        return self._held(pending_slices) >= PRESSING_SHARE * self.limits.memory_bytes or self.urgent(pending_slices)
+        return self.held_bytes(pending_slices) >= PRESSING_SHARE * self.limits.memory_bytes or self.urgent(pending_slices)
 
     def at_boundary(self, pending_slices: int = 0, step_ns: int = 0) -> Due | None:
         """Why a save is due at this step boundary, or None.
@@ -269,7 +266,7 @@ class SaveClock:
         if since_ns > 0:
             # The next step, as long as the last, grows both as the steps since the save did.
             ahead = 1 + step_ns / since_ns
-            if (self._held(pending_slices) * ahead >= PRESSING_SHARE * self.limits.memory_bytes
+            if (self.held_bytes(pending_slices) * ahead >= PRESSING_SHARE * self.limits.memory_bytes
                     or self._read_growth() * ahead >= self.limits.memory_bytes):
                 return Due.MEMORY
         return self.due_by_time(pending_slices)
@@ -296,7 +293,7 @@ class SaveClock:
         rate = self._events_per_second * BYTES_PER_EVENT
         if rate <= 0:
             return self.limits.seconds
-        room = PRESSING_SHARE * self.limits.memory_bytes - self._held(pending_slices)
+        room = PRESSING_SHARE * self.limits.memory_bytes - self.held_bytes(pending_slices)
         return max(0.0, room / rate)
 
     def recorded_s(self) -> float:

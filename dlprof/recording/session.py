@@ -573,10 +573,8 @@ class Session:
         program's, and the manifest says at once that they are active (a run killed later reads
         as having recorded them)."""
         self._save_clock.restart()
-        try:
+        with contextlib.suppress(OSError):  # inside the program's import: the next save meets the same disk and says so
             self._write_manifest()
-        except OSError:
-            pass  # inside the program's import: the next save meets the same disk and says so
 
     def stop_recording(self, failure: BaseException) -> None:
         """dlprof failed while the program runs (a save found the disk full): say so in one line,
@@ -601,10 +599,8 @@ class Session:
         with contextlib.suppress(OSError):  # the full disk again: its reason is given above
             self._collectors.stop(quiet=True)  # the profilers hold no more events in memory
         self._collectors.forget()
-        try:
+        with contextlib.suppress(OSError):  # written at the end, once more
             self._write_manifest()
-        except OSError:
-            pass  # written at the end, once more
 
     def _note_unfinished(self, failures: list[str]) -> None:
         """Saves that could not be made final (their chunks are read as they are)."""

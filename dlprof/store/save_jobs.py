@@ -226,7 +226,7 @@ class PendingSaves:
                 continue
             pid = int(pid_text)
             if pid != os.getpid() and not alive(pid):
-                claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
+                put_back(claimed)
 
     def left(self) -> int:
         """Jobs not finished yet."""
@@ -238,6 +238,11 @@ class PendingSaves:
                 directory.rmdir()
             except OSError:
                 return
+
+
+def put_back(claimed: Path) -> None:
+    """A job claimed (see :meth:`PendingSaves.claim`) and not finished waits again."""
+    claimed.rename(claimed.with_name(claimed.name.partition(".claimed-")[0] + ".json"))
 
 
 def pending_ranks(run_dir: Path) -> list[PendingSaves]:
