@@ -181,7 +181,8 @@ def device_parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
 
     Args: as :func:`host_parts_sql`.
     """
-    classified = _classified(d, rank, "rank, pid, tid")
+    # Each piece is named once (a CTE): written out in place, the parquet was read about 26 times.
+    classified = "dp_classified"
     columns = ", ".join(f"n_{p}" for p in _HOST_PARTS)
     zeros = ", ".join("0" for _ in _HOST_PARTS)
     # Each call's part: its thread's classified slices swept, read at the call (at one instant
@@ -199,27 +200,31 @@ def device_parts_sql(d: Dialect, steps: str, rank: int | None) -> str:
                 "correlation_id, " + ", ".join(f"sum(n_{p}) OVER ({order} {_UPTO}) AS n_{p}_open" for p in _HOST_PARTS)
                 + f" FROM ({thread_events}) AS e (rank, pid, tid, t, edge, {columns}, correlation_id)) AS r "
                 "WHERE correlation_id IS NOT NULL")
-    work = (
+    work_query = (
         f"(SELECT w.rank, w.device, w.start_ns, w.start_ns + w.dur_ns AS end_ns, "
         f"coalesce(c.part, '{StepPart.OTHER}') AS part FROM slices w LEFT JOIN ({at_calls}) AS c "
         f"ON c.rank = w.rank AND c.correlation_id = w.correlation_id "
         f"WHERE w.kind IN {DEVICE_KINDS_SQL}{rank_condition(rank, 'w.rank')})"
     )
-    gpus = f"(SELECT DISTINCT rank, device FROM {work} AS w)"
-    gpu_steps = (f"(SELECT s.rank, g.device, s.step_index, s.start_ns, s.end_ns FROM {steps} s "
-                 f"JOIN {gpus} AS g ON g.rank = s.rank)")
+    work, gpus, gpu_steps = "dp_work", "dp_gpus", "dp_gpu_steps"
+    gpu_steps_query = (f"(SELECT s.rank, g.device, s.step_index, s.start_ns, s.end_ns FROM {steps} s "
+                       f"JOIN {gpus} AS g ON g.rank = s.rank)")
     # dlprof's pauses on the steps' process, on each GPU of its rank: they win an instant only
     # where no work runs (last in the sweep's order).
-    paused = (
+    paused_query = (
         f"(SELECT p.rank, g.device, p.start_ns, p.start_ns + p.dur_ns AS end_ns, '{_PAUSED}' AS part "
         f"FROM slices p JOIN (SELECT DISTINCT rank, pid FROM {steps} AS sp) AS held "
         "ON held.rank = p.rank AND held.pid = p.pid "
         f"JOIN {gpus} AS g ON g.rank = p.rank WHERE p.kind = '{Kind.PROFILER}' AND coalesce(p.device, 'cpu') = 'cpu'"
         f"{rank_condition(rank, 'p.rank')})"
     )
-    rows = f"(SELECT * FROM {work} AS w1 UNION ALL SELECT * FROM {paused} AS w2)"
+    rows = "dp_rows"
+    rows_query = f"(SELECT * FROM {work} AS w1 UNION ALL SELECT * FROM {paused_query} AS w2)"
     swept = _summed(_sweep(rows, gpu_steps, "rank, device", _SWEPT_PARTS), "rank, device", d, _SWEPT_PARTS)
     columns = ", ".join(f"{p}_ns + {_PAUSED}_ns AS {p}_ns" if p == StepPart.PROFILER else f"{p}_ns"
                         for p in _DEVICE_PARTS)
     held = " + ".join(f"{p}_ns" for p in _SWEPT_PARTS)
-    return f"SELECT rank, device, step_index, {columns}, {held} AS parts_ns FROM ({swept}) AS b"
+    named = {classified: _classified(d, rank, "rank, pid, tid"), work: work_query,
+             gpus: f"(SELECT DISTINCT rank, device FROM {work} AS w)", gpu_steps: gpu_steps_query, rows: rows_query}
+    ctes = ", ".join(f"{name} AS {query}" for name, query in named.items())
+    return f"WITH {ctes} SELECT rank, device, step_index, {columns}, {held} AS parts_ns FROM ({swept}) AS b"
