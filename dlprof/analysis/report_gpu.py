@@ -17,7 +17,7 @@ import pandas as pd
 from dlprof.advice.ranking import advise
 from dlprof.analysis.aggregate import has_device_activity
 from dlprof.analysis.gpu import ALL, gpu_breakdown
-from dlprof.analysis.steps import StepStatus, step_report
+from dlprof.analysis.steps import StepStatus, flagged_steps_sql
 from dlprof.engine.base import EngineError
 from dlprof.keys import Kind
 from dlprof.store.reader import Run
@@ -48,8 +48,9 @@ def gpu_overview(run: Run, kernels: int = 10) -> dict[str, Any]:
     breakdown = gpu_breakdown(run)
     if breakdown.empty:
         return {"devices": empty, "steps": empty, "kernels": empty, "reason": NO_GPU}
-    statuses = {(int(r), str(s)): str(t) for r, s, t in
-                step_report(run).steps[["rank", "step", "status"]].itertuples(index=False, name=None)}
+    # Only each step's status: the steps' own query, not the whole step report with its sweeps.
+    flagged = run.sql(f"SELECT rank, step, status FROM ({flagged_steps_sql(run)}) AS f")
+    statuses = {(int(r), str(s)): str(t) for r, s, t in flagged.itertuples(index=False, name=None)}
     table = breakdown.assign(copy_ns=breakdown["memcpy_ns"] + breakdown["memset_ns"],
                              status=[statuses.get((int(r), str(s)), "") if s != ALL else ""
                                      for r, s in zip(breakdown["rank"], breakdown["step"], strict=True)])
