@@ -183,11 +183,13 @@ def table_problem(run_dir: Path, table: StoreTable, footers: Footers | None = No
     expected = {name: _sql_family(kind) for name, kind in STORE_COLUMNS[table]}
     for path in _files(run_dir, table):
         where = path.relative_to(run_dir)
-        framing = framing_problem(path)
+        # A footer read already was read after its framing was checked (run_problem).
+        known = footers.get(path) if footers is not None else None
+        framing = None if known is not None else framing_problem(path)
         if framing is not None:
             return f"{where}: {framing}"
         try:
-            columns = footers[path] if footers and path in footers else _footer_columns(path)
+            columns = known if known is not None else _footer_columns(path)
         except FileNotFoundError:
             continue  # a chunk made final and removed since the partition was listed
         except ValueError as error:
