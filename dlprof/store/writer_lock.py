@@ -56,10 +56,6 @@ class WriterLock:
         self._descriptor: int | None = None
         self._pid_line = f"{os.getpid()}\n".encode()
 
-    @property
-    def held(self) -> bool:
-        return self._descriptor is not None
-
     def acquire(self) -> None:
         """Take the lock (the run directory must exist), and keep the reserve on the disk.
 
