@@ -21,9 +21,10 @@ AUTOGRAD = "autograd"
 GPU_ANNOTATIONS = "GPU annotations"
 PROFILER_OVERHEAD = "profiler overhead"
 _AUTOGRAD_ENGINE = "autograd::engine::%"
-# Kinds an imported Kineto trace keeps from its categories, on tracks of their own.
+# Kinds an imported Kineto trace keeps from its categories, on tracks of their own: its overhead
+# category is read as dlprof's own profiler kind (runs imported before that hold "overhead").
 GPU_ANNOTATION_KIND = "gpu_user_annotation"
-OVERHEAD_KIND = "overhead"
+OVERHEAD_KINDS = ("overhead", str(Kind.PROFILER))
 
 Track = tuple[int, int, int]  # rank, pid, tid
 
@@ -43,7 +44,7 @@ def thread_roles(run: Run, rank: int | None = None) -> dict[Track, str]:
         f"count(CASE WHEN name LIKE '{_AUTOGRAD_ENGINE}' THEN 1 END) AS backward, "
         f"count(CASE WHEN kind = '{Kind.DATALOADER}' THEN 1 END) AS batches, "
         f"count(CASE WHEN kind = '{GPU_ANNOTATION_KIND}' THEN 1 END) AS annotations, "
-        f"count(CASE WHEN kind = '{OVERHEAD_KIND}' THEN 1 END) AS overhead, count(*) AS slices "
+        f"count(CASE WHEN kind IN {run.engine.dialect.literals(OVERHEAD_KINDS)} THEN 1 END) AS overhead, count(*) AS slices "
         f"FROM slices WHERE {ON_CPU}{rank_condition(rank)} GROUP BY rank, coalesce(pid, -1), coalesce(tid, -1) "
         "ORDER BY rank, first_ns, pid, tid").rows
     roles: dict[Track, str] = {}
