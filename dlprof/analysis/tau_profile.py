@@ -280,7 +280,8 @@ def folded_inclusive(run: Run, profiles: list[ThreadProfile], limit: int, rank: 
     track = "rank, pid, tid, device"
     marked = (
         "SELECT s.rank, coalesce(s.pid, 0) AS pid, coalesce(s.tid, 0) AS tid, coalesce(s.device, '') AS device, "
-        "s.start_ns, coalesce(s.dur_ns, 0) AS dur_ns, coalesce(s.depth, 0) AS depth, s.id, "
+        "s.start_ns, coalesce(s.dur_ns, 0) AS dur_ns, "
+        f"coalesce({user_time('s')}, 0) AS user_ns, coalesce(s.depth, 0) AS depth, s.id, "
         "k.name IS NULL AS folded, coalesce(s.name, '') NOT IN " + in_summary + " AS summary_folded "
         "FROM slices s LEFT JOIN (" + listed + ") AS k ON k.rank = s.rank AND k.pid = coalesce(s.pid, 0) "
         "AND k.tid = coalesce(s.tid, 0) AND k.device = coalesce(s.device, '') AND k.name = coalesce(s.name, '') "
@@ -292,8 +293,9 @@ def folded_inclusive(run: Run, profiles: list[ThreadProfile], limit: int, rank: 
         f"WITH marked AS ({marked}), nested AS (SELECT *, coalesce({ends.format(track=track, flag='folded')} "
         f"> start_ns, FALSE) AS inside, coalesce({ends.format(track=track, flag='summary_folded')} > start_ns, FALSE) "
         "AS summary_inside FROM marked) "
-        f"SELECT {track}, CAST(coalesce(sum(dur_ns) FILTER (WHERE folded AND NOT inside), 0) AS BIGINT), "
-        "CAST(coalesce(sum(dur_ns) FILTER (WHERE summary_folded AND NOT summary_inside), 0) AS BIGINT) "
+        # The user's time, as the table's inclusive times (dlprof's pauses left out).
+        f"SELECT {track}, CAST(coalesce(sum(user_ns) FILTER (WHERE folded AND NOT inside), 0) AS BIGINT), "
+        "CAST(coalesce(sum(user_ns) FILTER (WHERE summary_folded AND NOT summary_inside), 0) AS BIGINT) "
         f"FROM nested GROUP BY {track} ORDER BY {track}").rows
     per_thread = {(int(r), int(pid), int(tid), str(d)): int(ns) for r, pid, tid, d, ns, _ in rows}
     return per_thread, sum(int(ns) for *_, ns in rows)

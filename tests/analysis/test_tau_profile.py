@@ -18,6 +18,7 @@ from dlprof.analysis.tau_profile import (
     PROFILE_COLUMNS,
     SummaryKind,
     fold_others,
+    folded_inclusive,
     function_summaries,
     tau_profiles,
 )
@@ -233,3 +234,15 @@ def test_real_cnn_run_tables_agree_with_its_slices(cnn_run: Path) -> None:
     # The fixture runs six steps, each inside one train_step region.
     assert train_step["calls"] == 6
     assert train_step["inclusive_ns"] == slices.loc[slices["name"] == "train_step", "dur_ns"].sum()
+
+
+def test_others_fold_the_users_time_not_dlprofs_pauses(tmp_path: Path) -> None:
+    """The -others- row's inclusive time, as every row's, leaves out dlprof's pauses inside the
+    slices it folds."""
+    # A pause inside late (120-150 ms), which is folded below.
+    run = dlprof.load(write_span_run(tmp_path / "paused", [*NESTED, Span("dlprof::save", 130, 10, kind="profiler")]))
+    profiles = tau_profiles(run)
+    per_thread, total = folded_inclusive(run, profiles, 2)
+    # main and a kept; late (30 ms, 10 of them paused), b and c folded; the pause inside late.
+    assert list(per_thread.values()) == [(20 + 10 + 5) * MS] and total == (20 + 10 + 5) * MS
+    assert rows(profiles[0].functions)["late"]["incl"] == 20.0, "the table's own row, the same user time"
